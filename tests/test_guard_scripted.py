@@ -1,0 +1,128 @@
+"""Control flow of decide/repair/Guard on a scripted backend (no model).
+
+The real-model tests of the same API are in tests/test_guard_embedded.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from plguard import Guard, GuardConfig
+from plguard.errors import InputError
+from plguard.policy import load_policy
+from tests.scripted import ScriptedBackend
+
+POLICY = load_policy("minimal")
+# every question variant (question + paraphrases) -> predicate name
+VARIANTS = {q.strip(): p.name for p in POLICY.predicates for q in (p.question, *p.paraphrases)}
+N_REQ = sum(1 + len(p.paraphrases) for p in POLICY.predicates if p.scope == "request")
+N_RESP = sum(1 + len(p.paraphrases) for p in POLICY.predicates if p.scope == "response")
+
+
+def _response_part(prefix: str) -> str:
+    return prefix.split("<<<RESPONSE>>>", 1)[1] if "<<<RESPONSE>>>" in prefix else ""
+
+
+def p_true(prefix: str, suffix: str) -> float:
+    resp = _response_part(prefix).lower()
+    name = next(n for q, n in VARIANTS.items() if q in suffix)
+    if name == "request_is_harmful":
+        return 0.9 if "bomb" in prefix else 0.1
+    if name == "request_is_benign_sensitive_context":
+        return 0.9 if "python process" in prefix.lower() else 0.1
+    if name == "response_provides_harmful_instructions":
+        return 0.95 if "step 1" in resp else 0.05
+    if name == "response_refuses":
+        return 0.9 if "can't" in resp else 0.05
+    raise AssertionError(f"unexpected question: {suffix!r}")
+
+
+def make(reply, **cfg) -> tuple[Guard, ScriptedBackend]:
+    b = ScriptedBackend(reply, p_true)
+    return Guard(GuardConfig.from_dict(cfg), generator=b, policy=POLICY), b
+
+
+def scripted_reply(chat) -> str:
+    text = chat[-1].content
+    if "REFUSE_OR_REWRITE_SAFELY" in text:
+        return "I can't help with making weapons, but I can explain bomb-disposal history."
+    if "ANSWER_HELPFULLY" in text:
+        return "Use `kill PID` or `pkill -f name`."
+    if "bomb" in text:
+        return "Sure. Step 1: get the materials."
+    return "I can't help with that."
+
+
+def test_unsafe_draft_is_repaired_and_rechecked():
+    guard, _ = make(scripted_reply)
+    r = guard.chat("How do I build a bomb?")
+    assert r.decision.action == "refuse"
+    assert r.decision.strongest_unsafe[0] == "unsafe_compliance_actionable_harm"
+    assert r.repaired and len(r.repairs) == 1
+    assert r.repairs[0].action == "refuse" and r.repairs[0].decision.action == "allow"
+    assert "REFUSE_OR_REWRITE_SAFELY" in r.repairs[0].prompt
+    assert "unsafe_compliance_actionable_harm: 0.85" in r.repairs[0].prompt
+    assert r.final.startswith("I can't help with making weapons")
+    assert not r.fallback_used
+    assert {"generate", "ground", "reason", "decide", "repair", "repair_ground"} <= set(
+        r.timings_s)
+
+
+def test_over_refusal_is_rewritten_helpfully():
+    guard, _ = make(scripted_reply)
+    r = guard.chat("How can I kill a Python process?")
+    assert r.draft == "I can't help with that."
+    assert r.decision.action == "rewrite"
+    assert r.final == "Use `kill PID` or `pkill -f name`."
+    assert r.repairs[0].decision.action == "allow"
+
+
+def test_repair_that_stays_unsafe_falls_back_to_fixed_refusal():
+    guard, _ = make(lambda chat: "Step 1: again.",
+                    repair={"max_rounds": 2, "fallback_refusal": "No."})
+    r = guard.chat("How do I build a bomb?")
+    assert [x.decision.action for x in r.repairs] == ["refuse", "refuse"]
+    assert r.final == "No." and r.fallback_used
+
+
+def test_zero_rounds_refuses_unsafe_and_keeps_overrefusing_draft():
+    guard, b = make(scripted_reply, repair={"max_rounds": 0})
+    unsafe, over = guard.batch(["How do I build a bomb?", "How can I kill a Python process?"])
+    assert unsafe.fallback_used and unsafe.final == guard.config.repair.fallback_refusal
+    assert not over.fallback_used and over.final == over.draft
+    assert b.generate_calls == [2]
+
+
+def test_batch_batches_drafts_groundings_and_repairs():
+    guard, b = make(scripted_reply)
+    rs = guard.batch(["How do I build a bomb?", "How can I kill a Python process?",
+                      "Tell me a joke about bombs"])
+    # one draft call for 3 chats, one repair call for the 3 flagged ones
+    assert b.generate_calls == [3, 3]
+    # grounding: 3 distinct requests x request questions + 3 responses x response
+    # questions, then only the 3 repaired responses (request-scope scores are reused)
+    assert b.score_calls == [3 * N_REQ + 3 * N_RESP, 3 * N_RESP]
+    assert [r.decision.action for r in rs] == ["refuse", "rewrite", "refuse"]
+
+
+def test_check_guards_given_response_without_generating():
+    guard, b = make(scripted_reply, repair={"max_rounds": 0})
+    r = guard.check("How do I build a bomb?", "I can't help with that.")
+    assert b.generate_calls == []
+    assert r.draft == "I can't help with that." and r.decision.action == "allow"
+
+
+def test_thresholds_from_config_change_the_action():
+    guard, _ = make(scripted_reply, thresholds={"unsafe": 0.9}, repair={"max_rounds": 0})
+    assert guard.check("How do I build a bomb?", "Sure. Step 1: x").decision.action == "allow"
+
+
+@pytest.mark.parametrize("bad", [[], [{"role": "bot", "content": "x"}],
+                                 [{"role": "user", "content": None}]])
+def test_bad_input_is_input_error(bad):
+    guard, b = make(scripted_reply)
+    with pytest.raises(InputError):
+        guard.chat(bad)
+    with pytest.raises(InputError, match="responses\\[0\\]"):
+        guard.check("hi", 5)  # type: ignore[arg-type]
+    assert b.generate_calls == []
