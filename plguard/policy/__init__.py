@@ -1,0 +1,55 @@
+"""Policy bundles: loading, compile-once probabilistic reasoning, and vetting tools.
+
+>>> from plguard.policy import load_policy
+>>> policy = load_policy("minimal")
+>>> result = policy.evaluate({p: 0.5 for p in policy.predicate_names})
+>>> sorted(result.probs) == sorted(policy.queries)
+True
+"""
+
+from plguard.policy.bundle import bundle_names, load_policy, resolve_bundle
+from plguard.policy.cases import (
+    Case,
+    CaseResult,
+    CasesReport,
+    GeneratedCase,
+    cases_yaml,
+    check_cases,
+    generate_cases,
+    run_cases,
+)
+from plguard.policy.compiled import CompiledProgram
+from plguard.policy.core import AGGREGATES, OVER_REFUSAL, SAFE, UNSAFE, Policy, rule_kind
+from plguard.policy.diff import DecisionDiff, DiffReport, diff
+from plguard.policy.explain import RuleExplanation, explain, explain_text
+from plguard.policy.lint import Finding, LintReport, lint
+
+__all__ = [
+    "AGGREGATES",
+    "OVER_REFUSAL",
+    "SAFE",
+    "UNSAFE",
+    "Case",
+    "CaseResult",
+    "CasesReport",
+    "CompiledProgram",
+    "DecisionDiff",
+    "DiffReport",
+    "Finding",
+    "GeneratedCase",
+    "LintReport",
+    "Policy",
+    "RuleExplanation",
+    "bundle_names",
+    "cases_yaml",
+    "check_cases",
+    "diff",
+    "explain",
+    "explain_text",
+    "generate_cases",
+    "lint",
+    "load_policy",
+    "resolve_bundle",
+    "rule_kind",
+    "run_cases",
+]
