@@ -166,6 +166,9 @@ def _extension_hooks() -> list[Callable[[Any], None]]:
 
 _COMMAND_GROUPS: list[tuple[str, str]] = [
     ("plguard.policy.cli", "add_policy_commands"),
+    ("plguard.evals.cli", "add_eval_commands"),
+    ("plguard.server.cli", "add_serve_commands"),
+    ("plguard.view.cli", "add_view_commands"),
 ]
 
 

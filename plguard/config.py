@@ -83,6 +83,34 @@ class RepairConfig(_Strict):
                                   description="Fixed answer when repairs keep violating.")
 
 
+class ServerConfig(_Strict):
+    """The OpenAI-compatible server (``plguard serve``)."""
+
+    host: str = Field("127.0.0.1", description="Address to bind; loopback by default. "
+                      "Binding elsewhere without an API key prints a warning.")
+    port: int = Field(8000, ge=0, le=65535, description="TCP port (0 picks a free one).")
+    api_key_env: str = Field("PLGUARD_API_KEY", description="Environment variable holding "
+                             "the bearer API key; when it is unset or empty, no key is needed.")
+    model_name: str = Field("plguard", min_length=1, description="Model name served at "
+                            "/v1/models; requests naming another model get 404.")
+    max_body_bytes: int = Field(1_000_000, ge=1024, description="Largest request body "
+                                "accepted; larger bodies get 413.")
+    max_tokens_cap: int = Field(512, ge=1, description="Upper bound on a request's "
+                                "max_tokens; larger values are clamped to it, not rejected.")
+    max_batch_size: int = Field(16, ge=1, description="Most requests gathered into one "
+                                "guard.batch call; 1 turns dynamic batching off.")
+    max_wait_ms: float = Field(10.0, ge=0, description="How long the first request of a "
+                               "batch waits for others to join it.")
+    upstream_url: str | None = Field(None, description="Base URL (ending in /v1) of an "
+                                     "OpenAI-compatible server that drafts answers; grounding "
+                                     "and repair stay local. Unset: the Guard's generator drafts.")
+    upstream_model: str | None = Field(None, description="Model name sent upstream; default: "
+                                       "the name the client asked for.")
+    upstream_api_key_env: str | None = Field(None, description="Environment variable with "
+                                             "the upstream server's API key, if it needs one.")
+    upstream_timeout_s: float = Field(120.0, gt=0, description="Timeout of one upstream call.")
+
+
 class GuardConfig(_Strict):
     """Everything a Guard needs."""
 
@@ -98,6 +126,8 @@ class GuardConfig(_Strict):
     grounding: GroundingConfig = Field(default_factory=GroundingConfig)
     repair: RepairConfig = Field(default_factory=RepairConfig)
     eval: EvalConfig = Field(default_factory=lambda: EvalConfig())
+    server: ServerConfig = Field(default_factory=ServerConfig,
+                                 description="The OpenAI-compatible server (plguard serve).")
 
     @property
     def grounder_model(self) -> ModelConfig:

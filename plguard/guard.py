@@ -14,6 +14,7 @@ from plguard.repair import repair_chat
 from plguard.types import (
     Chat,
     Decision,
+    Generation,
     GenerationParams,
     Grounding,
     GuardResult,
@@ -110,12 +111,17 @@ class Guard:
         return self.batch([messages], [response])[0]
 
     def batch(
-        self, requests: Sequence[Any], responses: Sequence[str | None] | None = None
+        self,
+        requests: Sequence[Any],
+        responses: Sequence[str | None] | None = None,
+        params: GenerationParams | None = None,
     ) -> list[GuardResult]:
         """Guard many requests, batching drafts, groundings and repairs across them.
 
         ``responses[i]`` given means request ``i`` is checked rather than drafted.
+        ``params`` overrides the config's decoding settings for drafts and repairs.
         """
+        params = params or self.params
         chats = [to_chat(m, f"requests[{i}]") for i, m in enumerate(requests)]
         if responses is not None and len(responses) != len(chats):
             raise ValueError(f"responses has {len(responses)} items for {len(chats)} requests")
@@ -129,8 +135,7 @@ class Guard:
         todo = [i for i, r in enumerate(given) if r is None]
         if todo:
             gens = clock.run("generate", todo,
-                             lambda: self.generator.generate([chats[i] for i in todo],
-                                                             self.params))
+                             lambda: self.generator.generate([chats[i] for i in todo], params))
             for i, g in zip(todo, gens, strict=True):
                 drafts[i] = g.text
         reqs = [request_text(c) for c in chats]
@@ -139,7 +144,8 @@ class Guard:
         finals = list(drafts)
         rounds: list[list[RepairRound]] = [[] for _ in chats]
         fallback = [False] * len(chats)
-        self._repair_loop(clock, reqs, drafts, decisions, results, finals, rounds, fallback)
+        self._repair_loop(clock, params, reqs, drafts, decisions, results, finals, rounds,
+                          fallback)
         total = time.perf_counter() - t_start
         out = []
         for i in all_idx:
@@ -171,6 +177,7 @@ class Guard:
     def _repair_loop(
         self,
         clock: _Clock,
+        params: GenerationParams,
         reqs: list[str],
         drafts: list[str],
         decisions: list[Decision],
@@ -187,8 +194,7 @@ class Guard:
                 break
             chats = [self._repair_chat(reqs[i], finals[i], current[i], current_results[i])
                      for i in pending]
-            gens = clock.run("repair", pending, lambda: self.generator.generate(chats,
-                                                                                 self.params))
+            gens = self._timed_generate(clock, "repair", pending, chats, params)
             texts = [g.text for g in gens]
             sub_reqs = [reqs[i] for i in pending]
             g2, r2, d2 = self._assess(_SubClock(clock, pending, "repair_"),
@@ -211,6 +217,10 @@ class Guard:
             if current[i].action == "refuse":
                 finals[i] = self.config.repair.fallback_refusal
                 fallback[i] = True
+
+    def _timed_generate(self, clock: _Clock, phase: str, idx: list[int], chats: list[Chat],
+                        params: GenerationParams) -> list[Generation]:
+        return clock.run(phase, idx, lambda: self.generator.generate(chats, params))
 
     def _repair_chat(self, req: str, answer: str, d: Decision, r: PolicyResult) -> Chat:
         return repair_chat(policy_text=self.policy.text, request=req, draft=answer, decision=d,

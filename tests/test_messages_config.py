@@ -65,6 +65,7 @@ def test_overrides_win_over_file(tmp_path):
 
 
 def test_import_plguard_does_not_import_torch_or_vllm():
-    code = "import sys, plguard; import plguard.cli; print('torch' in sys.modules, 'vllm' in sys.modules)"
+    code = ("import sys, plguard; import plguard.cli; "
+            "print('torch' in sys.modules, 'vllm' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False False"

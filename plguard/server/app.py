@@ -1,0 +1,383 @@
+"""The OpenAI-compatible guard server: ``build_app(guard, settings)``.
+
+Routes are thin: they validate, hand the request to the dynamic batcher (and, in upstream
+mode, first ask the upstream server for a draft), and shape the result like the OpenAI
+chat API with a ``plguard`` trace attached. Everything shared lives on ``app.state``.
+
+Error contract: every non-2xx answer is ``{"error": {"message", "type", "param", "code"}}``;
+malformed JSON 400, wrong types 422, missing/wrong API key 401, unknown model 404,
+oversized body 413, the Guard failing 503 (the batch fails, the server keeps serving), the
+upstream server failing 502.
+
+Streaming (``stream: true``) sends the final answer as server-sent events only once the
+guard has decided: the answer may be replaced by a repair or a refusal, so no token can be
+shown before grounding has judged the whole draft. Time to first byte is therefore the full
+guard latency; streaming keeps OpenAI clients that expect events working, it does not make
+the first token earlier.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import os
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from plguard.config import ServerConfig
+from plguard.errors import InputError
+from plguard.messages import to_chat
+from plguard.server.batching import BatchOutcome, DynamicBatcher, GenKey, GuardUnavailable
+from plguard.server.schemas import (
+    POLICY_FIELDS,
+    AssistantMessage,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChatMessage,
+    Choice,
+    ChunkChoice,
+    Delta,
+    FinishReason,
+    GuardCheckRequest,
+    Health,
+    Mode,
+    ModelCard,
+    ModelList,
+    PlguardInfo,
+    RuleScore,
+    Usage,
+    error_json,
+)
+from plguard.server.upstream import UpstreamClient, UpstreamError
+from plguard.types import Chat
+
+if TYPE_CHECKING:
+    from plguard.guard import Guard
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+# An oversized body is read and dropped up to this much before the 413 goes out: closing
+# a socket with unread data makes the client see a connection reset instead of the 413.
+_DRAIN_LIMIT = 64 * 1024 * 1024
+
+
+class ApiError(Exception):
+    """An error answered with an OpenAI-style body."""
+
+    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
+                 param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = (
+            status, message, type, param, code)
+
+    def response(self) -> JSONResponse:
+        """The HTTP answer."""
+        return JSONResponse(error_json(self.message, type=self.type, param=self.param,
+                                       code=self.code), status_code=self.status)
+
+
+class _Gate:
+    """Bearer-key check on ``/v1/*`` and the body size limit, before any parsing.
+
+    Pure ASGI rather than a route dependency so that a caller without the key learns
+    nothing else (not even whether the body parsed), and an oversized body is never
+    handed to the JSON parser.
+    """
+
+    def __init__(self, app: ASGIApp, *, api_key: str, max_body_bytes: int) -> None:
+        self.app, self.api_key, self.max_body_bytes = app, api_key, max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1")
+                   for k, v in scope.get("headers", [])}
+        if self.api_key and str(scope.get("path", "")).startswith("/v1/"):
+            scheme, _, token = headers.get("authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(
+                    token.strip().encode(), self.api_key.encode()):
+                err = ApiError(401, "missing or wrong API key: send the header "
+                               "'Authorization: Bearer <key>' with the key the server was "
+                               "started with", type="authentication_error",
+                               code="invalid_api_key")
+                await self._drain(receive, _DRAIN_LIMIT)
+                await err.response()(scope, receive, send)
+                return
+        declared = headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+            if int(declared) <= _DRAIN_LIMIT:
+                await self._drain(receive, _DRAIN_LIMIT)
+            await self._too_large().response()(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        total = 0
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body = message.get("body", b"")
+            total += len(body)
+            if total > self.max_body_bytes:
+                await self._drain(receive, _DRAIN_LIMIT - total)
+                await self._too_large().response()(scope, receive, send)
+                return
+            chunks.append(body)
+            more = bool(message.get("more_body", False))
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    def _too_large(self) -> ApiError:
+        return ApiError(413, f"request body is larger than the server's limit of "
+                        f"{self.max_body_bytes} bytes (server.max_body_bytes)",
+                        code="request_too_large")
+
+    @staticmethod
+    async def _drain(receive: Receive, budget: int) -> None:
+        more = True
+        while more and budget > 0:
+            message = await receive()
+            if message["type"] != "http.request":
+                return
+            budget -= len(message.get("body", b""))
+            more = bool(message.get("more_body", False))
+
+
+def build_app(guard: Guard, settings: ServerConfig | None = None) -> FastAPI:
+    """The server app around a loaded ``guard``; ``settings`` default to its config's.
+
+    The policy, thresholds and models are the Guard's and cannot be changed by a request.
+    """
+    settings = settings or guard.config.server
+    batcher = DynamicBatcher(guard, max_batch_size=settings.max_batch_size,
+                             max_wait_ms=settings.max_wait_ms)
+    upstream = UpstreamClient(settings) if settings.upstream_url else None
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await batcher.aclose()
+        if upstream is not None:
+            await upstream.aclose()
+
+    # No /docs or /openapi.json: a guard in front of an app exposes only what it serves.
+    app = FastAPI(title="plguard", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  openapi_url=None)
+    app.state.guard = guard
+    app.state.settings = settings
+    app.state.batcher = batcher
+    app.state.upstream = upstream
+    app.state.started = int(time.time())
+    app.add_middleware(_Gate, api_key=os.environ.get(settings.api_key_env, ""),
+                       max_body_bytes=settings.max_body_bytes)
+    _add_error_handlers(app)
+    _add_routes(app)
+    return app
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return exc.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = list(exc.errors())
+        if any(e.get("type") == "json_invalid" for e in errors):
+            return ApiError(400, "the request body is not valid JSON",
+                            code="invalid_json").response()
+        first = errors[0] if errors else {}
+        loc = [str(x) for x in first.get("loc", ()) if x != "body"]
+        param = ".".join(loc) or None
+        msg = "; ".join(f"{'.'.join(str(x) for x in e.get('loc', ()) if x != 'body') or 'body'}"
+                        f": {e.get('msg', 'invalid')}" for e in errors[:5])
+        return ApiError(422, msg, param=param, code="invalid_value").response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        msg = (f"no route {request.method} {request.url.path}" if exc.status_code == 404
+               else str(exc.detail))
+        return ApiError(exc.status_code, msg, code=f"http_{exc.status_code}").response()
+
+
+def _add_routes(app: FastAPI) -> None:
+    @app.get("/health")
+    async def health(request: Request) -> Health:
+        state = request.app.state
+        stats = state.batcher.stats
+        return Health(model=state.settings.model_name, policy=state.guard.policy.id,
+                      mode="upstream" if state.upstream else "local", batches=stats.batches,
+                      requests=stats.requests, failed_batches=stats.failed_batches,
+                      max_batch_size=state.settings.max_batch_size)
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> ModelList:
+        return ModelList(data=[_card(request)])
+
+    @app.get("/v1/models/{model}")
+    async def model(model: str, request: Request) -> ModelCard:
+        _check_model(model, request.app.state.settings)
+        return _card(request)
+
+    @app.post("/v1/chat/completions", response_model=None)
+    async def chat_completions(body: ChatCompletionRequest,
+                               request: Request) -> JSONResponse | StreamingResponse:
+        state = request.app.state
+        _reject_policy_fields(body)
+        _check_model(body.model, state.settings)
+        chat = _chat(body.messages)
+        key = _gen_key(body, state.settings, state.guard)
+        timings: dict[str, float] = {}
+        draft = None
+        if state.upstream is not None:
+            t0 = time.perf_counter()
+            try:
+                draft = await state.upstream.draft(body.model, [m.as_dict() for m in
+                                                                body.messages],
+                                                   key.max_new_tokens, key.temperature)
+            except UpstreamError as exc:
+                raise ApiError(502, str(exc), type="upstream_error",
+                               code="upstream_failed") from None
+            timings["upstream"] = time.perf_counter() - t0
+        outcome = await _submit(state.batcher, chat, key, draft)
+        mode: Mode = "upstream" if draft is not None else "local"
+        completion = _completion(body.model, outcome, key, mode, timings)
+        if body.stream:
+            return StreamingResponse(_sse(completion), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache",
+                                              "X-Accel-Buffering": "no"})
+        return JSONResponse(completion.model_dump(mode="json"))
+
+    @app.post("/v1/guard/check")
+    async def guard_check(body: GuardCheckRequest, request: Request) -> JSONResponse:
+        state = request.app.state
+        _reject_policy_fields(body)
+        if body.model is not None:
+            _check_model(body.model, state.settings)
+        chat = _chat(body.messages)
+        key = _gen_key(None, state.settings, state.guard)
+        outcome = await _submit(state.batcher, chat, key, body.response)
+        completion = _completion(body.model or state.settings.model_name, outcome, key,
+                                 "check", {})
+        return JSONResponse(completion.model_dump(mode="json"))
+
+
+# Route helpers ---------------------------------------------------------------------------
+def _card(request: Request) -> ModelCard:
+    return ModelCard(id=request.app.state.settings.model_name,
+                     created=request.app.state.started)
+
+
+def _check_model(model: str, settings: ServerConfig) -> None:
+    if model != settings.model_name:
+        raise ApiError(404, f"model {model!r} is not served here; this server serves "
+                       f"{settings.model_name!r} (server.model_name)", param="model",
+                       code="model_not_found")
+
+
+def _reject_policy_fields(body: ChatCompletionRequest | GuardCheckRequest) -> None:
+    bad = sorted(POLICY_FIELDS & set(body.model_extra or {}))
+    if bad:
+        raise ApiError(400, f"'{bad[0]}' cannot be set by a request: the policy and its "
+                       "thresholds are fixed when the server starts", param=bad[0],
+                       code="policy_fixed")
+
+
+def _chat(messages: list[ChatMessage]) -> Chat:
+    try:
+        return to_chat([m.as_dict() for m in messages])
+    except InputError as exc:
+        raise ApiError(400, str(exc), param="messages", code="invalid_messages") from None
+
+
+def _gen_key(body: ChatCompletionRequest | None, settings: ServerConfig, guard: Guard) -> GenKey:
+    # Above the cap a request is clamped, not refused: OpenAI clients often send a large
+    # max_tokens by default, and a drop-in proxy must not break them for it.
+    gen = guard.config.generation
+    asked = body.requested_tokens if body is not None else None
+    temperature = body.temperature if body is not None else None
+    return GenKey(max_new_tokens=min(asked or gen.max_new_tokens, settings.max_tokens_cap),
+                  temperature=gen.temperature if temperature is None else temperature)
+
+
+async def _submit(batcher: DynamicBatcher, chat: Chat, key: GenKey,
+                  response: str | None) -> BatchOutcome:
+    try:
+        return await batcher.submit(chat, key, response=response)
+    except GuardUnavailable as exc:
+        raise ApiError(503, f"{exc}; the request was not answered, retry later",
+                       type="service_unavailable", code="backend_error") from None
+
+
+def _completion(model: str, o: BatchOutcome, key: GenKey, mode: Mode,
+                timings: dict[str, float]) -> ChatCompletion:
+    r = o.result
+    d = r.decision
+    finish: FinishReason = "stop"
+    if d.action == "refuse":
+        finish = "content_filter"
+    elif not r.repaired and o.completion_tokens >= key.max_new_tokens:
+        finish = "length"
+    info = PlguardInfo(
+        action=d.action, reason=d.reason, repaired=r.repaired, fallback_used=r.fallback_used,
+        rechecked_action=r.repairs[-1].decision.action if r.repairs else None,
+        strongest_unsafe=RuleScore(rule=d.strongest_unsafe[0], p=d.strongest_unsafe[1]),
+        strongest_over_refusal=RuleScore(rule=d.strongest_over_refusal[0],
+                                         p=d.strongest_over_refusal[1]),
+        predicates=r.grounding.probs, rules=dict(r.policy.probs), policy=r.policy.policy,
+        grounding_model=r.grounding.model, input_truncated=r.grounding.truncated,
+        mode=mode, batch_size=o.batch_size,
+        timings_s={**r.timings_s, **timings, "queue": o.queue_s},
+    )
+    return ChatCompletion(
+        id=f"chatcmpl-{uuid.uuid4().hex[:24]}", created=int(time.time()), model=model,
+        choices=[Choice(message=AssistantMessage(content=r.final), finish_reason=finish)],
+        usage=Usage(prompt_tokens=o.prompt_tokens, completion_tokens=o.completion_tokens,
+                    total_tokens=o.prompt_tokens + o.completion_tokens),
+        plguard=info,
+    )
+
+
+_PIECE = re.compile(r"(?<=\s)(?=\S)")
+
+
+async def _sse(c: ChatCompletion) -> AsyncIterator[str]:
+    def event(delta: Delta, finish: FinishReason | None = None, last: bool = False) -> str:
+        chunk = ChatCompletionChunk(
+            id=c.id, created=c.created, model=c.model,
+            choices=[ChunkChoice(delta=delta, finish_reason=finish)],
+            plguard=c.plguard if last else None, usage=c.usage if last else None)
+        data = chunk.model_dump(mode="json", exclude_none=True)
+        data["choices"][0].setdefault("finish_reason", None)
+        return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+    choice = c.choices[0]
+    yield event(Delta(role="assistant", content=""))
+    for piece in _PIECE.split(choice.message.content):
+        if piece:
+            yield event(Delta(content=piece))
+    yield event(Delta(), choice.finish_reason, last=True)
+    yield "data: [DONE]\n\n"
