@@ -1,0 +1,369 @@
+"""The transformers backend: batched generation and prefix-shared True/False scoring.
+
+Grounding asks k yes/no questions about the same (request, response). The shared prefix
+(instructions and data) is forwarded once; its KV cache is repeated for the k question
+suffixes, which are scored in one batched forward. The token sequence of question ``i``
+is defined once, as ``ids(prefix) + ids(suffix_i)`` with each part tokenised on its own,
+and both the fast path and :meth:`TransformersBackend.true_false_logprobs_naive` use it:
+tokenising the joined string instead would give other ids and other probabilities.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from plguard.errors import BackendError, ModelError
+from plguard.models import resolve_model_path
+from plguard.types import Chat, Generation, GenerationParams, TFRequest, TFScore
+
+if TYPE_CHECKING:
+    import torch
+
+    from plguard.config import ModelConfig
+
+TRUE_VARIANTS = (" True", "True")
+FALSE_VARIANTS = (" False", "False")
+_MARKER = " [...] "
+_ADVICE = "lower model.batch_size / grounding.batch_size or max_data_tokens, or use dtype float32"
+
+
+def cpu_supports_bf16() -> bool:
+    """Whether this CPU has native bf16 matmul (AMX or AVX512-BF16)."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return bool(flags & {"amx_bf16", "avx512_bf16"})
+    except OSError:
+        pass
+    return False
+
+
+def resolve_dtype(dtype: str, device: str) -> torch.dtype:
+    """Map a config dtype ('auto' included) to a torch dtype for ``device``."""
+    import torch
+
+    if dtype != "auto":
+        return {"float32": torch.float32, "bfloat16": torch.bfloat16,
+                "float16": torch.float16}[dtype]
+    if device.startswith("cuda"):
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.bfloat16 if cpu_supports_bf16() else torch.float32
+
+
+def _set_threads() -> None:
+    # torch may count hyper-threads or the whole host rather than the cores this process
+    # may use; an explicit OMP_NUM_THREADS (the user's choice) is left alone.
+    import torch
+
+    if "OMP_NUM_THREADS" in os.environ:
+        return
+    try:
+        avail = len(os.sched_getaffinity(0))
+    except AttributeError:
+        avail = os.cpu_count() or 1
+    if torch.get_num_threads() > avail:
+        torch.set_num_threads(avail)
+
+
+class TransformersBackend:
+    """A Hugging Face causal LM that generates and scores True/False continuations."""
+
+    def __init__(self, model: Any, tokenizer: Any, *, model_id: str,
+                 max_context: int | None = None, batch_size: int = 8,
+                 tf_batch_size: int = 32) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.model_id = model_id
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        cfg_ctx = getattr(model.config, "max_position_embeddings", None) or 2048
+        self.max_context = int(max_context or cfg_ctx)
+        self.batch_size = batch_size
+        self.tf_batch_size = tf_batch_size
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        self.pad_id = int(tokenizer.pad_token_id)
+        self.true_ids, self.false_ids = self._answer_ids()
+
+    # -- construction ------------------------------------------------------------------
+
+    @classmethod
+    def from_config(cls, cfg: ModelConfig) -> TransformersBackend:
+        """Load the model named by ``cfg`` (offline), in the configured dtype and device."""
+        return cls.load(cfg.path, dtype=cfg.dtype, device=cfg.device,
+                        max_context=cfg.max_context, batch_size=cfg.batch_size)
+
+    @classmethod
+    def load(cls, path: str = "embedded", *, dtype: str = "auto", device: str = "auto",
+             max_context: int | None = None, batch_size: int = 8) -> TransformersBackend:
+        """Load a model folder, hub id or ``'embedded'``."""
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        _set_threads()
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise ModelError(f"device '{device}' requested but CUDA is not available; "
+                             "set model.device to 'cpu' or 'auto'")
+        local = resolve_model_path(path)
+        tdtype = resolve_dtype(dtype, device)
+        try:
+            tok = AutoTokenizer.from_pretrained(local, local_files_only=True)
+            model: Any = AutoModelForCausalLM.from_pretrained(local, dtype=tdtype,
+                                                              local_files_only=True)
+        except Exception as exc:
+            raise ModelError(f"cannot load model '{path}' from {local}: "
+                             f"{type(exc).__name__}: {exc}. The folder needs config.json, "
+                             "tokenizer files and weights (safetensors).") from exc
+        model.to(device).eval()
+        tok.padding_side = "left"
+        dtype_name = str(tdtype).removeprefix("torch.")
+        shown = path if path != "embedded" else "embedded:smollm2-135m-instruct"
+        return cls(model, tok, model_id=f"{shown}:{dtype_name}", max_context=max_context,
+                   batch_size=batch_size)
+
+    def _answer_ids(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        def first_ids(words: Sequence[str]) -> tuple[int, ...]:
+            ids = []
+            for w in words:
+                enc = self.tokenizer.encode(w, add_special_tokens=False)
+                if not enc:
+                    raise ModelError(f"tokenizer encodes {w!r} to nothing")
+                # A tokenizer that splits the word is scored on its first piece.
+                ids.append(int(enc[0]))
+            return tuple(dict.fromkeys(ids))
+
+        t, f = first_ids(TRUE_VARIANTS), first_ids(FALSE_VARIANTS)
+        if set(t) & set(f):
+            raise ModelError(f"this tokenizer cannot tell True from False by their first "
+                             f"token (True ids {t}, False ids {f}); use another model for "
+                             "grounding")
+        return t, f
+
+    # -- text utilities ------------------------------------------------------------------
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` without added special tokens."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def format_chat(self, chat: Chat, add_generation_prompt: bool = True) -> str:
+        """Render a chat with the model's chat template, as text."""
+        msgs = [{"role": m.role, "content": m.content} for m in chat]
+        if getattr(self.tokenizer, "chat_template", None):
+            return str(self.tokenizer.apply_chat_template(
+                msgs, tokenize=False, add_generation_prompt=add_generation_prompt))
+        # Base models without a template still get a deterministic, readable layout.
+        text = "".join(f"{m['role'].capitalize()}: {m['content']}\n\n" for m in msgs)
+        return text + ("Assistant:" if add_generation_prompt else "")
+
+    def count_tokens(self, text: str) -> int:
+        """Number of tokens ``text`` encodes to (no special tokens added)."""
+        return len(self.encode(text))
+
+    def truncate_text(self, text: str, max_tokens: int) -> tuple[str, bool]:
+        """Keep the head and tail of ``text`` around a ``[...]`` marker, within budget."""
+        ids = self.encode(text)
+        if len(ids) <= max_tokens:
+            return text, False
+        budget = max(max_tokens - self.count_tokens(_MARKER), 2)
+        while True:
+            head = budget - budget // 2
+            tail = budget // 2
+            out = (self.tokenizer.decode(ids[:head]) + _MARKER
+                   + (self.tokenizer.decode(ids[-tail:]) if tail else ""))
+            # Re-tokenising at the seams can merge or split pieces; shrink until it fits.
+            if self.count_tokens(out) <= max_tokens or budget <= 2:
+                return out, True
+            budget -= max(1, budget // 20)
+
+    # -- generation ------------------------------------------------------------------------
+
+    def generate(self, chats: Sequence[Chat], params: GenerationParams) -> list[Generation]:
+        """Generate one completion per chat, batched with left padding."""
+        out: list[Generation] = []
+        for start in range(0, len(chats), self.batch_size):
+            out.extend(self._generate_batch(chats[start:start + self.batch_size], params))
+        return out
+
+    def _generate_batch(self, chats: Sequence[Chat], params: GenerationParams
+                        ) -> list[Generation]:
+        import torch
+
+        max_new = max(1, min(params.max_new_tokens, self.max_context - 1))
+        limit = self.max_context - max_new
+        prompts, flags = [], []
+        for chat in chats:
+            ids = self.encode(self.format_chat(chat))
+            flags.append(len(ids) > limit)
+            prompts.append(ids[-limit:] if len(ids) > limit else ids)
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            input_ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+            mask[i, width - len(p):] = 1
+        sample = params.temperature > 0
+        kwargs: dict[str, Any] = {"max_new_tokens": max_new, "do_sample": sample,
+                                  "pad_token_id": self.pad_id}
+        if sample:
+            torch.manual_seed(params.seed)
+            kwargs.update(temperature=params.temperature, top_p=params.top_p)
+        else:
+            kwargs.update(temperature=None, top_p=None, top_k=None)
+        try:
+            with torch.inference_mode():
+                gen = self.model.generate(input_ids=input_ids.to(self.device),
+                                          attention_mask=mask.to(self.device), **kwargs)
+        except RuntimeError as exc:
+            raise BackendError(f"generation failed on {self.model_id}: {exc}; {_ADVICE}"
+                               ) from exc
+        eos = self._eos_ids()
+        results = []
+        for i, p in enumerate(prompts):
+            new = gen[i, width:].tolist()
+            n = next((j for j, t in enumerate(new) if t in eos), len(new))
+            text = self.tokenizer.decode(new[:n], skip_special_tokens=True).strip()
+            results.append(Generation(text=text, n_prompt_tokens=len(p), n_new_tokens=n,
+                                      prompt_truncated=flags[i]))
+        return results
+
+    def _eos_ids(self) -> set[int]:
+        eos = getattr(self.model.generation_config, "eos_token_id", None)
+        ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(int(self.tokenizer.eos_token_id))
+        return ids
+
+    # -- True/False scoring ----------------------------------------------------------------
+
+    def request_ids(self, req: TFRequest) -> tuple[list[int], list[list[int]], bool]:
+        """The canonical token ids of a request: prefix ids, suffix ids, truncated flag.
+
+        When the prefix plus the longest suffix exceeds the context, the middle of the
+        prefix is dropped so its head (instructions) and tail stay.
+        """
+        prefix = self.encode(req.prefix)
+        suffixes = [self.encode(s) for s in req.suffixes]
+        longest = max((len(s) for s in suffixes), default=0)
+        if longest >= self.max_context:
+            raise BackendError(f"a grounding question is {longest} tokens, longer than the "
+                               f"context window ({self.max_context}); shorten the question")
+        room = self.max_context - longest
+        if len(prefix) <= room:
+            return prefix, suffixes, False
+        head = room // 2
+        return prefix[:head] + prefix[len(prefix) - (room - head):], suffixes, True
+
+    def true_false_logprobs(self, requests: Sequence[TFRequest]) -> list[list[TFScore]]:
+        """Score every suffix of each request after its once-forwarded shared prefix."""
+        import torch
+
+        results = []
+        try:
+            with torch.inference_mode():
+                for req in requests:
+                    results.append(self._score_shared(req))
+        except RuntimeError as exc:
+            raise BackendError(f"grounding forward failed on {self.model_id}: {exc}; "
+                               f"{_ADVICE}") from exc
+        return results
+
+    def _score_shared(self, req: TFRequest) -> list[TFScore]:
+        import torch
+
+        prefix, suffixes, truncated = self.request_ids(req)
+        if not suffixes:
+            return []
+        if not prefix:  # nothing to cache: every question is scored on its own ids
+            return [self._score_ids(s, truncated) for s in suffixes]
+        n_pre = len(prefix)
+        pre = self.model(input_ids=torch.tensor([prefix], device=self.device), use_cache=True)
+        base_cache = pre.past_key_values
+        scores: list[TFScore] = []
+        for start in range(0, len(suffixes), self.tf_batch_size):
+            chunk = suffixes[start:start + self.tf_batch_size]
+            k, width = len(chunk), max(len(s) for s in chunk)
+            # Suffixes are left-padded inside the batch: each row's last real token sits in
+            # the final column, so only k logit rows are computed. The pads are masked out
+            # and real tokens keep the positions they have in the naive sequence, so each
+            # row attends to exactly prefix + its own tokens.
+            ids = torch.full((k, width), self.pad_id, dtype=torch.long)
+            mask = torch.zeros((k, n_pre + width), dtype=torch.long)
+            mask[:, :n_pre] = 1
+            pos = torch.full((k, width), n_pre, dtype=torch.long)
+            for i, s in enumerate(chunk):
+                pad = width - len(s)
+                ids[i, pad:] = torch.tensor(s, dtype=torch.long)
+                mask[i, n_pre + pad:] = 1
+                pos[i, pad:] = torch.arange(n_pre, n_pre + len(s))
+            out = self.model(input_ids=ids.to(self.device),
+                             attention_mask=mask.to(self.device),
+                             position_ids=pos.to(self.device),
+                             past_key_values=_repeat_cache(base_cache, k),
+                             use_cache=True, logits_to_keep=1)
+            scores.extend(self._tf_from_logits(out.logits[:, -1], truncated))
+        return scores
+
+    def true_false_logprobs_naive(self, requests: Sequence[TFRequest]
+                                  ) -> list[list[TFScore]]:
+        """Reference path: one full forward per question, over the same token ids."""
+        import torch
+
+        with torch.inference_mode():
+            out = []
+            for req in requests:
+                prefix, suffixes, truncated = self.request_ids(req)
+                out.append([self._score_ids(prefix + s, truncated) for s in suffixes])
+        return out
+
+    def _score_ids(self, ids: list[int], truncated: bool) -> TFScore:
+        import torch
+
+        res = self.model(input_ids=torch.tensor([ids], device=self.device), logits_to_keep=1)
+        return self._tf_from_logits(res.logits[:, -1], truncated)[0]
+
+    def _tf_from_logits(self, logits: torch.Tensor, truncated: bool) -> list[TFScore]:
+        import torch
+
+        lp = torch.log_softmax(logits.float(), dim=-1)
+        lt = torch.logsumexp(lp[:, list(self.true_ids)], dim=-1).tolist()
+        lf = torch.logsumexp(lp[:, list(self.false_ids)], dim=-1).tolist()
+        return [TFScore(logprob_true=_finite(a), logprob_false=_finite(b), truncated=truncated)
+                for a, b in zip(lt, lf, strict=True)]
+
+
+def _repeat_cache(cache: Any, k: int) -> Any:
+    """A batch-``k`` copy of a batch-1 KV cache, leaving ``cache`` reusable.
+
+    Plain dynamic layers get broadcast views: the forward's own concatenation writes the
+    k copies once, instead of a repeat writing them and the concatenation again.
+    """
+    layers = getattr(cache, "layers", None)
+    if layers and all(type(layer).__name__ == "DynamicLayer" for layer in layers):
+        out = copy.copy(cache)
+        out.layers = []
+        for layer in layers:
+            view = copy.copy(layer)
+            view.keys = layer.keys.expand(k, -1, -1, -1)
+            view.values = layer.values.expand(k, -1, -1, -1)
+            out.layers.append(view)
+        return out
+    out = copy.deepcopy(cache)
+    out.batch_repeat_interleave(k)
+    return out
+
+
+def _finite(x: float) -> float:
+    # -inf would poison renormalisation and JSON traces; the floor is far below any real
+    # log-probability.
+    return x if math.isfinite(x) else -1e4
+
+
+__all__ = ["TransformersBackend", "cpu_supports_bf16", "resolve_dtype"]
