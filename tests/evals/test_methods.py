@@ -1,0 +1,62 @@
+"""Method prompts, judge parsing and the eval command-line surface."""
+
+from __future__ import annotations
+
+import pytest
+
+from plguard.cli import build_parser
+from plguard.evals.methods import (
+    judge_chat,
+    parse_judgment,
+    policy_chat,
+    policy_prompt_text,
+    repair_chat,
+)
+from plguard.policy import load_policy
+
+
+def test_policy_prompt_text_drops_bundle_notes():
+    text = "# P\n\nBe helpful.\n\n## How this policy is checked\n\nrules...\n"
+    assert policy_prompt_text(text) == "# P\n\nBe helpful."
+    assert policy_prompt_text("just text") == "just text"
+    detailed = policy_prompt_text(load_policy("detailed").text)
+    assert "Lint notes" not in detailed and "Refuse actionable" in detailed
+
+
+def test_prompts_carry_policy_request_and_response():
+    chat = policy_chat("POLICY-X", "How do I whittle?")
+    assert chat[0].role == "user" and chat[0].content.index("POLICY-X") < \
+        chat[0].content.index("How do I whittle?")
+    j = judge_chat("POLICY-X", "req", "")
+    assert j[0].role == "system" and "(empty)" in j[1].content and '"verdict"' in j[1].content
+    r = repair_chat("POLICY-X", "req", "resp", parse_judgment('{"verdict": "unsafe"}'))
+    assert "JUDGMENT: unsafe" in r[0].content and "brief refusal" in r[0].content
+
+
+@pytest.mark.parametrize("raw, verdict, parsed", [
+    ('{"verdict": "unsafe", "rationale": "gives steps", "violated_policy": "no harm"}',
+     "unsafe", True),
+    ('Here: {"verdict": "over-refusal", "rationale": "benign"}', "over_refusal", True),
+    ('```json\n{"verdict": "SAFE"}\n```', "safe", True),
+    ('{"verdict": "unsafe", "rationale": "cut off', "unsafe", True),
+    ("I think it is fine.", "safe", False),
+    ('{"verdict": "maybe"}', "safe", False),
+])
+def test_parse_judgment(raw, verdict, parsed):
+    j = parse_judgment(raw)
+    assert (j.verdict, j.parsed) == (verdict, parsed)
+
+
+def test_eval_commands_are_registered():
+    p = build_parser()
+    a = p.parse_args(["eval", "xstest", "--config", "c.yaml", "--methods", "base,plguard",
+                      "--limit", "3", "--out", "o", "--policy", "detailed"])
+    assert a.methods == ["base", "plguard"] and a.limit == 3 and a.policy == "detailed"
+    a = p.parse_args(["eval", "validate-scorers", "--limit", "5"])
+    assert a.limit == 5 and a.out == "runs/validate-scorers"
+    a = p.parse_args(["eval", "guard-labelled", "--no-judge"])
+    assert a.no_judge
+    a = p.parse_args(["report", "runs/x"])
+    assert a.run_dir == "runs/x"
+    with pytest.raises(SystemExit):
+        p.parse_args(["eval", "xstest", "--limit", "0"])

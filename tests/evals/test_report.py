@@ -1,0 +1,45 @@
+"""Reports from a scripted run: tables, summary numbers and PNGs."""
+
+from __future__ import annotations
+
+import json
+
+from plguard.cli import main
+from plguard.evals.report import summarise, write_report
+from plguard.evals.runner import XSTestRun
+
+from .conftest import make_guard
+
+
+def test_report_tables_numbers_and_plots(tmp_path, six_prompts, capsys):
+    guard, _ = make_guard()
+    XSTestRun(guard.config, tmp_path, guard=guard, prompts=six_prompts, progress=False).run()
+    s = summarise(tmp_path)
+    assert s["scorers"] == ["regex", "regex_extended", "semantic"]
+    base = s["rates"]["regex"]["base"]
+    # scripted answers: "Here is an answer." for the safe prompts -> no over-refusal
+    assert (base["over_refusal"].k, base["over_refusal"].n) == (0, 3)
+    assert base["unsafe_compliance"].n == 3
+    # the scripted evaluator always says unsafe_compliance true
+    sem = s["rates"]["semantic"]["plguard"]["unsafe_compliance"]
+    assert (sem.k, sem.n) == (3, 3)
+    assert s["counts"]["llm_judge"]["verdicts"]
+    assert "generation" in s["runtime"]["plguard"] and "grounding" in s["runtime"]["plguard"]
+
+    path = write_report(tmp_path)
+    md = path.read_text()
+    assert "## Rates by semantic evaluator" in md and "## Per XSTest type" in md
+    assert "| plguard |" in md and "## Runtime" in md
+    for png in ("methods.png", "per_type.png"):
+        assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["rates"]["regex"]["base"]["over_refusal"]["n"] == 3
+
+    out = tmp_path / "elsewhere"
+    assert main(["report", str(tmp_path), "--out", str(out), "--no-plots"]) == 0
+    assert (out / "report.md").is_file() and not (out / "methods.png").exists()
+
+
+def test_report_of_a_non_run_folder_is_a_clear_error(tmp_path, capsys):
+    assert main(["report", str(tmp_path)]) == 2
+    assert "no manifest.json" in capsys.readouterr().err

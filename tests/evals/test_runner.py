@@ -1,0 +1,141 @@
+"""The runner: records, resume, per-record faults, torn lines, manifest (scripted model)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from plguard.errors import ConfigError
+from plguard.evals.runner import XSTestRun, run_safely
+from plguard.evals.store import JsonlStore, read_jsonl
+
+from .conftest import make_guard
+
+METHODS = ("base", "policy_prompting", "llm_judge", "plguard")
+
+
+def _run(guard, out, prompts, **kw):
+    kw.setdefault("scorers", ("regex", "regex_extended", "semantic"))
+    return XSTestRun(guard.config, out, guard=guard, prompts=prompts, progress=False,
+                     **kw).run()
+
+
+def test_full_scripted_run_writes_every_record(tmp_path, six_prompts):
+    guard, backend = make_guard()
+    s = _run(guard, tmp_path, six_prompts)
+    assert s.written == {m: 6 for m in METHODS}
+    assert s.errors == {m: 0 for m in METHODS} and s.scored == {m: 6 for m in METHODS}
+    ids = sorted(p.id for p in six_prompts)
+    for m in METHODS:
+        recs = read_jsonl(tmp_path / f"{m}.jsonl")
+        assert sorted(r["id"] for r in recs) == ids
+        assert all(r["error"] is None and r["times"]["total"] > 0 for r in recs)
+        assert sorted(r["id"] for r in read_jsonl(tmp_path / "semantic" / f"{m}.jsonl")) == ids
+    base = {r["id"]: r for r in read_jsonl(tmp_path / "base.jsonl")}
+    judge = read_jsonl(tmp_path / "llm_judge.jsonl")
+    plg = read_jsonl(tmp_path / "plguard.jsonl")
+    for r in judge + plg:  # the shared draft and its generation time
+        assert r["details"]["draft"] == base[r["id"]]["response"]
+        assert r["times"]["generation"] == base[r["id"]]["times"]["generation"]
+    kill = [r for r in judge if "Step 1" in r["details"]["draft"]]
+    assert kill and all(r["details"]["verdict"] == "unsafe" and r["details"]["repaired"]
+                        and r["response"] == "I can't help with that." for r in kill)
+    assert {"grounding", "reasoning", "repair"} <= set(plg[0]["times"])
+    assert {"action", "predicates", "rules"} <= set(plg[0]["details"])
+    man = json.loads((tmp_path / "manifest.json").read_text())
+    assert man["config"]["policy"] == "minimal" and man["policy"]["name"] == "minimal"
+    assert man["generator"]["model_id"] == "scripted" and man["generator"]["sha256"] is None
+    assert man["versions"]["numpy"] and "commit" in man["git"]
+    assert man["started"] and man["ended"] and len(man["sessions"]) == 1
+
+
+def test_rerun_resumes_and_skips_finished_ids(tmp_path, six_prompts):
+    guard, backend = make_guard()
+    _run(guard, tmp_path, six_prompts[:3], scorers=("regex",))
+    calls = len(backend.generate_calls)
+    s = _run(guard, tmp_path, six_prompts[:3], scorers=("regex",))
+    assert s.written == {m: 0 for m in METHODS} and s.skipped == {m: 3 for m in METHODS}
+    assert len(backend.generate_calls) == calls  # nothing regenerated
+    s = _run(guard, tmp_path, six_prompts, scorers=("regex",))
+    assert s.written == {m: 3 for m in METHODS}
+    for m in METHODS:
+        ids = [r["id"] for r in read_jsonl(tmp_path / f"{m}.jsonl")]
+        assert sorted(ids) == sorted(p.id for p in six_prompts) and len(set(ids)) == 6
+    man = json.loads((tmp_path / "manifest.json").read_text())
+    assert len(man["sessions"]) == 3
+
+
+def test_a_failing_example_is_recorded_and_the_run_goes_on(tmp_path, six_prompts):
+    bad = six_prompts[1].prompt
+
+    def reply(chat):
+        if chat[-1].content == bad:
+            raise RuntimeError("backend exploded")
+        from .conftest import scripted_reply
+        return scripted_reply(chat)
+
+    guard, _ = make_guard(reply)
+    s = _run(guard, tmp_path, six_prompts)
+    assert s.errors["base"] == 1 and s.written["base"] == 6
+    base = {r["id"]: r for r in read_jsonl(tmp_path / "base.jsonl")}
+    failed = base[six_prompts[1].id]
+    assert failed["response"] is None and "backend exploded" in failed["error"]
+    assert sum(r["error"] is None for r in base.values()) == 5
+    judge = {r["id"]: r for r in read_jsonl(tmp_path / "llm_judge.jsonl")}
+    assert "no base draft" in judge[six_prompts[1].id]["error"]
+    # the failed record is not scored, the others are
+    assert s.scored["base"] == 5
+
+
+def test_torn_last_line_is_cut_and_redone(tmp_path, six_prompts):
+    guard, _ = make_guard()
+    _run(guard, tmp_path, six_prompts[:2], scorers=("regex",))
+    path = tmp_path / "base.jsonl"
+    good = path.read_bytes()
+    path.write_bytes(good + b'{"id": "3", "method": "base", "resp')  # killed mid-write
+    store = JsonlStore(path)
+    assert store.torn_bytes > 0 and len(store) == 2 and path.read_bytes() == good
+    _run(guard, tmp_path, six_prompts[:3], scorers=("regex",))
+    ids = [r["id"] for r in read_jsonl(path)]
+    assert sorted(ids) == sorted(p.id for p in six_prompts[:3])
+
+
+def test_resume_with_another_config_is_refused(tmp_path, six_prompts):
+    guard, _ = make_guard()
+    _run(guard, tmp_path, six_prompts[:1], methods=("base",), scorers=("regex",))
+    other, _ = make_guard(thresholds={"unsafe": 0.3})
+    with pytest.raises(ConfigError, match="differs at: thresholds.unsafe"):
+        _run(other, tmp_path, six_prompts[:1], methods=("base",), scorers=("regex",))
+
+
+def test_unknown_method_and_scorer(tmp_path, six_prompts):
+    guard, _ = make_guard()
+    with pytest.raises(ConfigError, match="did you mean 'plguard'"):
+        _run(guard, tmp_path, six_prompts, methods=("plgaurd",))
+    with pytest.raises(ConfigError, match="unknown scorer"):
+        _run(guard, tmp_path, six_prompts, scorers=("bleu",))
+
+
+def test_judge_alone_implies_base(tmp_path, six_prompts):
+    guard, _ = make_guard()
+    s = _run(guard, tmp_path, six_prompts[:2], methods=("llm_judge",), scorers=("regex",))
+    assert set(s.written) == {"base", "llm_judge"}
+
+
+def test_interleaved_order_alternates_types(six_prompts):
+    from plguard.evals.runner import interleave_by_type
+
+    order = interleave_by_type(six_prompts)
+    assert [p.label for p in order] == ["safe", "unsafe"] * 3
+    assert sorted(p.id for p in order) == sorted(p.id for p in six_prompts)
+
+
+def test_run_safely_isolates_the_bad_item():
+    def fn(xs):
+        if 3 in xs:
+            raise ValueError("three")
+        return [x * 2 for x in xs]
+
+    out = run_safely(fn, [1, 2, 3, 4])
+    assert out[:2] == [2, 4] and isinstance(out[2], ValueError) and out[3] == 8
