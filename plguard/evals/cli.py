@@ -82,6 +82,9 @@ def add_eval_commands(subparsers: Any) -> None:
 
     p = subparsers.add_parser("eval", help="Offline evaluations (XSTest).")
     sub = p.add_subparsers(dest="eval_command", required=True)
+    from plguard.evals.gold_cli import add_gold_commands
+
+    add_gold_commands(sub)
 
     x = sub.add_parser("xstest", help="Run (or resume) the four methods on XSTest and score "
                        "them; a rerun skips finished records.")
