@@ -72,7 +72,14 @@ class GroundingConfig(_Strict):
         "mean_logit", description="How paraphrase scores of one predicate are combined."
     )
     batch_size: int = Field(32, ge=1, description="Questions per batched forward.")
-    calibration: str | None = Field(None, description="Calibration file (JSON) to apply.")
+    calibration: str | None = Field(None, description="Calibration file (JSON, written by "
+                                    "`plguard calibrate`) mapping each predicate's raw P(True); "
+                                    "the trace keeps the raw log-probabilities.")
+    paraphrases: bool = Field(True, description="Also ask each predicate's paraphrases "
+                              "(predicates.yaml) and combine them; their spread is traced.")
+    cache: str | None = Field(None, description="Grounding cache (SQLite): 'default' for "
+                              "<plguard cache dir>/grounding.sqlite, a file path, or null "
+                              "(off). Shared across policies, runs and processes.")
 
 
 class RepairConfig(_Strict):

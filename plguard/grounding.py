@@ -10,6 +10,12 @@ the full prompt and the backend can forward the prefix once.
 Request-scope predicates see only the request, so their scores are computed once per
 distinct request text and reused for the draft and every repaired answer.
 
+With ``grounding.cache`` set, every scored question is looked up in (and written to) an
+on-disk :class:`~plguard.grounding_cache.GroundingCache` first, so only missing questions
+reach the backend; with ``grounding.calibration`` set, each predicate's combined P(True)
+is mapped through its fitted Platt scaling (``Grounder._calibrate``), the raw log-probs
+staying in the trace.
+
 Data sits between delimiters that its content cannot close: delimiter-like runs
 (``<<<``, ``>>>``) and chat-template control markers (``<|...|>``) inside the content
 are rewritten before it is placed in the prompt.
@@ -17,14 +23,18 @@ are rewritten before it is placed in the prompt.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 from plguard.backends.base import Backend
 from plguard.config import GroundingConfig
 from plguard.errors import ConfigError, InputError
+from plguard.grounding_cache import GroundingCache, cache_key, resolve_cache_path
 from plguard.types import (
     Grounding,
     Message,
@@ -114,10 +124,10 @@ class Grounder:
             if p.scope not in ("request", "response"):
                 raise InputError(f"predicate '{p.name}' has scope {p.scope!r}; "
                                  "use 'request' or 'response'")
-        if self.cfg.calibration is not None:
-            # Hook for the calibration issue: per-predicate maps applied in _calibrate.
-            raise ConfigError("grounding.calibration is not supported yet; remove it from "
-                              "the config")
+        self.calibration: dict[str, tuple[float, float]] = (
+            load_calibration(self.cfg.calibration) if self.cfg.calibration else {})
+        self.cache: GroundingCache | None = (
+            GroundingCache(resolve_cache_path(self.cfg.cache)) if self.cfg.cache else None)
         self._by_scope: dict[Scope, tuple[PredicateSpec, ...]] = {
             s: tuple(p for p in self.predicates if p.scope == s)
             for s in ("request", "response")
@@ -158,17 +168,21 @@ class Grounder:
         return req, resp, cut_req or cut_resp
 
     def _variants(self, spec: PredicateSpec) -> tuple[str, ...]:
-        return (spec.question, *spec.paraphrases)
+        return (spec.question, *spec.paraphrases) if self.cfg.paraphrases else (spec.question,)
 
-    def _build(self, request: str, response: str | None) -> tuple[TFRequest, bool]:
+    def _questions(self, scope: Scope) -> list[str]:
+        return [q.strip() for spec in self._by_scope[scope] for q in self._variants(spec)]
+
+    def _build(self, request: str, response: str | None,
+               questions: Sequence[str] | None = None) -> tuple[TFRequest, bool]:
         scope: Scope = "request" if response is None else "response"
         req, resp, cut = self._data(request, response)
         prefix_t, suffix_t = self._template(scope)
         prefix = prefix_t.replace("\x01REQ\x01", req, 1)
         if resp is not None:
             prefix = prefix.replace("\x01RESP\x01", resp, 1)
-        suffixes = tuple(suffix_t.replace(_SENTINEL, q.strip(), 1)
-                         for spec in self._by_scope[scope] for q in self._variants(spec))
+        qs = self._questions(scope) if questions is None else questions
+        suffixes = tuple(suffix_t.replace(_SENTINEL, q, 1) for q in qs)
         return TFRequest(prefix=prefix, suffixes=suffixes), cut
 
     def prompts(self, request: str, response: str | None) -> TFRequest:
@@ -186,25 +200,64 @@ class Grounder:
         todo_req: list[str] = []
         if self._by_scope["request"]:
             todo_req = list(dict.fromkeys(r for r, _ in pairs if r not in self._request_memo))
-        built = [self._build(r, None) for r in todo_req]
+        items: list[tuple[str, str | None]] = [(r, None) for r in todo_req]
         if self._by_scope["response"]:
-            built += [self._build(r, s) for r, s in pairs]
-        raw = self.backend.true_false_logprobs([b[0] for b in built]) if built else []
-        for req, (_, cut), scores in zip(todo_req, built, raw, strict=False):
-            self._remember(req, self._combine("request", scores, cut))
+            items += list(pairs)
+        raw = self._score(items)
+        for req, scores in zip(todo_req, raw, strict=False):
+            self._remember(req, self._combine("request", scores, False))
         resp_raw = raw[len(todo_req):]
         out = []
         for i, (req, _) in enumerate(pairs):
             req_scores = self._request_memo.get(req, ()) if self._by_scope["request"] else ()
             if req_scores:
                 self._request_memo.move_to_end(req)
-            resp_scores = (self._combine("response", resp_raw[i], built[len(todo_req) + i][1])
+            resp_scores = (self._combine("response", resp_raw[i], False)
                            if self._by_scope["response"] else ())
             by_name = {s.name: s for s in (*req_scores, *resp_scores)}
             out.append(Grounding(model=self.backend.model_id,
                                  scores=tuple(by_name[p.name] for p in self.predicates),
                                  template_version=TEMPLATE_VERSION))
         return out
+
+    def _score(self, items: Sequence[tuple[str, str | None]]) -> list[list[TFScore]]:
+        """Every question's score per item, from the cache where present.
+
+        Data truncation is folded into each score's ``truncated`` flag, so a cached score
+        carries it without re-tokenising the data.
+        """
+        if not items:
+            return []
+        qs = {s: self._questions(s) for s in ("request", "response")}
+        per_item = [qs["request" if resp is None else "response"] for _, resp in items]
+        cached: dict[str, TFScore] = {}
+        keys: list[list[str]] = []
+        if self.cache is not None:
+            model, budget = self.backend.model_id, self.cfg.max_data_tokens
+            keys = [[cache_key(model, TEMPLATE_VERSION, budget, q, req, resp) for q in qlist]
+                    for (req, resp), qlist in zip(items, per_item, strict=True)]
+            cached = self.cache.get_many([k for row in keys for k in row])
+        todo: list[tuple[int, list[int]]] = []  # (item, indices of its missing questions)
+        for i, qlist in enumerate(per_item):
+            miss = [j for j in range(len(qlist)) if not keys or keys[i][j] not in cached]
+            if miss:
+                todo.append((i, miss))
+        built = [self._build(items[i][0], items[i][1], [per_item[i][j] for j in miss])
+                 for i, miss in todo]
+        raw = self.backend.true_false_logprobs([b[0] for b in built]) if built else []
+        out: list[list[TFScore | None]] = [
+            [cached.get(k) for k in keys[i]] if keys else [None] * len(per_item[i])
+            for i in range(len(items))]
+        fresh: dict[str, tuple[TFScore, str, str]] = {}
+        for (i, miss), (_, cut), scores in zip(todo, built, raw, strict=True):
+            for j, s in zip(miss, scores, strict=True):
+                s = TFScore(s.logprob_true, s.logprob_false, s.truncated or cut)
+                out[i][j] = s
+                if keys:
+                    fresh[keys[i][j]] = (s, self.backend.model_id, per_item[i][j])
+        if self.cache is not None:
+            self.cache.put_many(fresh)
+        return [[s for s in row if s is not None] for row in out]
 
     def _remember(self, request: str, scores: tuple[PredicateScore, ...]) -> None:
         self._request_memo[request] = scores
@@ -228,16 +281,54 @@ class Grounder:
                 p = sum(s.p_true for s in part) / n
             else:  # mean_logit: mean(lT - lF) == mean(lT) - mean(lF)
                 p = renormalise(lt, lf)
+            ps = [s.p_true for s in part]
             out.append(PredicateScore(
                 name=spec.name, p_true=self._calibrate(spec, p), logprob_true=lt,
                 logprob_false=lf, scope=scope,
                 truncated=cut or any(s.truncated for s in part),
-                variants=tuple(s.p_true for s in part) if n > 1 else ()))
+                variants=tuple(ps) if n > 1 else (),
+                variant_spread=max(ps) - min(ps) if n > 1 else 0.0))
         return tuple(out)
 
     def _calibrate(self, spec: PredicateSpec, p: float) -> float:
-        # Calibration hook (a later issue): map the raw P(True) of `spec` here.
-        return p if math.isfinite(p) else 0.5
+        if not math.isfinite(p):
+            return 0.5
+        ab = self.calibration.get(spec.name)
+        return p if ab is None else platt(p, *ab)
+
+
+def _logit(p: float) -> float:
+    p = min(max(p, 1e-12), 1 - 1e-12)
+    return math.log(p) - math.log1p(-p)
+
+
+def platt(p: float, a: float, b: float) -> float:
+    """Platt scaling on the logit scale: ``sigmoid(a * logit(p) + b)``."""
+    z = a * _logit(p) + b
+    return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
+
+
+def load_calibration(path: str | Path) -> dict[str, tuple[float, float]]:
+    """Predicate name -> Platt ``(a, b)`` from a ``plguard calibrate`` JSON file."""
+    p = Path(path)
+    try:
+        data: Any = json.loads(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"grounding.calibration: cannot read {p}: {exc}") from None
+    except ValueError as exc:
+        raise ConfigError(f"grounding.calibration: {p} is not JSON: {exc}") from None
+    preds = data.get("predicates") if isinstance(data, Mapping) else None
+    if not isinstance(preds, Mapping):
+        raise ConfigError(f"grounding.calibration: {p} has no 'predicates' mapping; write it "
+                          "with `plguard calibrate`")
+    out: dict[str, tuple[float, float]] = {}
+    for name, v in preds.items():
+        try:
+            out[str(name)] = (float(v["a"]), float(v["b"]))
+        except (KeyError, TypeError, ValueError):
+            raise ConfigError(f"grounding.calibration: {p}: predicate {name!r} needs numeric "
+                              "'a' and 'b'") from None
+    return out
 
 
 __all__ = [
@@ -246,6 +337,8 @@ __all__ = [
     "Grounder",
     "close_tag",
     "escape_data",
+    "load_calibration",
     "open_tag",
+    "platt",
     "split_budget",
 ]

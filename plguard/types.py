@@ -109,6 +109,9 @@ class PredicateScore:
     scope: Scope = "response"
     truncated: bool = False
     variants: tuple[float, ...] = ()  # per-paraphrase P(True), when paraphrases are used
+    # max - min of the variants' P(True): how much paraphrases disagree (0 without them),
+    # a confidence signal in the spirit of redundant translation.
+    variant_spread: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

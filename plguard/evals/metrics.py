@@ -183,3 +183,23 @@ __all__ = [
     "mean_std",
     "phase_stats",
 ]
+
+
+def expected_calibration_error(y: Sequence[int] | Sequence[bool] | np.ndarray,
+                               p: Sequence[float] | np.ndarray,
+                               bins: int = 10) -> float:
+    """ECE with ``bins`` equal-width bins: sum over bins of (n_b / n) |mean(y) - mean(p)|.
+
+    Bin b holds b/bins <= p < (b+1)/bins; p = 1 falls in the last bin. NaN when empty.
+    """
+    yy = np.asarray(y, dtype=float)
+    pp = np.asarray(p, dtype=float)
+    if yy.size == 0:
+        return float("nan")
+    idx = np.minimum((pp * bins).astype(int), bins - 1)
+    total = 0.0
+    for b in range(bins):
+        sel = idx == b
+        if sel.any():
+            total += sel.sum() / yy.size * abs(yy[sel].mean() - pp[sel].mean())
+    return float(total)

@@ -31,7 +31,7 @@ from plguard.evals.gold import (
     outcome,
     score,
 )
-from plguard.evals.metrics import auroc
+from plguard.evals.metrics import auroc, expected_calibration_error
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,25 +291,6 @@ def write_noise_results(results: Sequence[SweepResult], policies: Sequence[str],
 
 
 # -- real grounding against gold --------------------------------------------------------------
-
-def expected_calibration_error(y: Sequence[bool] | np.ndarray, p: Sequence[float] | np.ndarray,
-                               bins: int = 10) -> float:
-    """ECE with ``bins`` equal-width bins: sum over bins of (n_b / n) |mean(y) - mean(p)|.
-
-    Bin b holds b/bins <= p < (b+1)/bins; p = 1 falls in the last bin. NaN when empty.
-    """
-    yy = np.asarray(y, dtype=float)
-    pp = np.asarray(p, dtype=float)
-    if yy.size == 0:
-        return math.nan
-    idx = np.minimum((pp * bins).astype(int), bins - 1)
-    total = 0.0
-    for b in range(bins):
-        sel = idx == b
-        if sel.any():
-            total += sel.sum() / yy.size * abs(yy[sel].mean() - pp[sel].mean())
-    return float(total)
-
 
 @dataclass(frozen=True, slots=True)
 class Trace:

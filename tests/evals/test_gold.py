@@ -28,12 +28,11 @@ from plguard.evals.gold import (
     outcome,
 )
 from plguard.evals.gold_cli import _gold_policies, main, mapping_markdown
-from plguard.evals.metrics import auroc
+from plguard.evals.metrics import auroc, expected_calibration_error
 from plguard.evals.noise import (
     NoiseModel,
     Sweep,
     SweepResult,
-    expected_calibration_error,
     grounding_vs_gold,
     read_traces,
     run_sweeps,

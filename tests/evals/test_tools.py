@@ -1,0 +1,212 @@
+"""calibrate, sweep and ablate on small inputs (scripted backend; one tiny real-model run)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from plguard.cli import main
+from plguard.config import GroundingConfig, Thresholds
+from plguard.decide import decide
+from plguard.evals.ablation import ablate, base_records
+from plguard.evals.calibration import (
+    apply_platt,
+    brier,
+    ece,
+    fit_platt,
+    split_ids,
+    target_map,
+)
+from plguard.evals.data import load_completions, load_prompts
+from plguard.evals.sweep import SweepData, best_thresholds, load_source, outcome, sweep
+from plguard.grounding import Grounder, load_calibration
+from plguard.policy import load_policy
+from plguard.types import PolicyResult
+from tests.scripted import ScriptedBackend
+
+
+def random_data(n=60, seed=0):
+    rng = np.random.default_rng(seed)
+    return SweepData("t", rng.random(n), rng.random(n), rng.random(n) < 0.4, rng.random(n) < 0.3)
+
+
+@pytest.mark.parametrize("tu,to", [(0.5, 0.5), (0.2, 0.8), (0.9, 0.1), (0.0, 1.0)])
+def test_sweep_outcome_matches_decide(tu, to):
+    d = random_data()
+    unsafe_ok, over = [], []
+    for pu, po, bad, ref in zip(d.p_unsafe, d.p_over, d.unsafe_prompt, d.refuses, strict=True):
+        act = decide(PolicyResult("p", {"u": pu, "o": po}), ["u"], ["o"],
+                     Thresholds(unsafe=tu, over_refusal=to)).action
+        refusal = act == "refuse" or (act == "allow" and ref)
+        (unsafe_ok if bad else over).append(not refusal if bad else refusal)
+    assert outcome(d, tu, to) == pytest.approx((np.mean(unsafe_ok), np.mean(over)))
+
+
+def test_best_thresholds_respects_ceiling():
+    s = sweep(random_data(200, 1))
+    for ceiling in (0.0, 0.2, 0.5):
+        c = best_thresholds(s, ceiling)
+        assert c.feasible and c.unsafe_rate <= ceiling + 1e-12
+        assert c.over_rate == pytest.approx(s.over_rate[s.unsafe_rate <= ceiling].min())
+    s0 = sweep(random_data(200, 1))
+    assert best_thresholds(s0, 1.0).over_rate == pytest.approx(s0.over_rate.min())
+
+
+def labelled_folder(tmp_path, n=30, policy="minimal"):
+    """A fake guard-labelled folder over real completion uids (predictive scores)."""
+    items = load_completions()[::75][:n]
+    rng = np.random.default_rng(0)
+    recs = []
+    for c in items:
+        harm = 0.7 if c.label == "unsafe" else 0.3
+        ref = 0.8 if c.final_label != "1_full_compliance" else 0.4
+        p = {"request_is_harmful": harm, "request_is_benign_sensitive_context": 1 - harm,
+             "response_provides_harmful_instructions": float(rng.random()),
+             "response_refuses": ref}
+        recs.append({"id": c.uid, "error": None, "predicates": p,
+                     "strongest_unsafe": ["u", harm * (1 - ref)],
+                     "strongest_over_refusal": ["o", (1 - harm) * ref]})
+    d = tmp_path / "labelled"
+    d.mkdir()
+    (d / "guard.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (d / "guard-labelled.json").write_text(json.dumps({"meta": {"policy": f"{policy}@x",
+                                                                "model": "m"}}))
+    return d
+
+
+def test_sweep_cli_on_labelled_folder(tmp_path, capsys):
+    d = labelled_folder(tmp_path)
+    assert main(["sweep", "--run", str(d), "--max-unsafe", "0.1",
+                 "--json", str(tmp_path / "s.json")]) == 0
+    out = capsys.readouterr().out
+    assert "labelled:minimal" in out and "unsafe compliance <= 0.1" in out
+    assert (d / "report" / "sweep.png").stat().st_size > 1000
+    best = json.loads((tmp_path / "s.json").read_text())["labelled:minimal"]["best"]
+    assert best["unsafe_rate"] <= 0.1
+
+
+def test_fit_platt_recovers_parameters():
+    rng = np.random.default_rng(0)
+    x = rng.normal(0, 2, 4000)
+    p_raw = 1 / (1 + np.exp(-x))
+    y = rng.random(4000) < 1 / (1 + np.exp(-(0.5 * x - 1.0)))
+    a, b = fit_platt(p_raw, y)
+    assert a == pytest.approx(0.5, abs=0.08) and b == pytest.approx(-1.0, abs=0.12)
+    cal = apply_platt(p_raw, a, b)
+    assert ece(cal, y) < ece(p_raw, y) and brier(cal, y) < brier(p_raw, y)
+    assert ece([0.2, 0.8], [0, 1]) == pytest.approx(0.2)
+
+
+def test_target_map_from_gold_and_split_without_leakage():
+    m = target_map("minimal")
+    assert m["request_is_harmful"][1] == {"safe": 0, "unsafe": 1}
+    assert m["response_refuses"][1]["3_partial_refusal"] == 1
+    assert "response_provides_harmful_instructions" not in m  # needs several rules
+    train, test = split_ids([str(i) for i in range(10)] * 3, 0.3, 0)
+    assert len(test) == 3 and len(train) == 7 and not train & test
+
+
+def test_calibrate_cli_writes_file_the_grounder_loads(tmp_path, capsys):
+    d = labelled_folder(tmp_path)
+    out = tmp_path / "cal.json"
+    assert main(["calibrate", "--labelled", str(d), "--out", str(out)]) == 0
+    assert "ECE before" in capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    sp = doc["split"]
+    assert sp["by"] == "prompt id" and sp["n_train_prompts"] and sp["n_test_prompts"]
+    assert set(doc["predicates"]) <= set(target_map("minimal"))
+    assert "response_refuses" in doc["predicates"]
+    params = load_calibration(out)
+    spec = load_policy("minimal").predicate("response_refuses")
+    g = Grounder(ScriptedBackend(lambda c: "", lambda a, b: 0.8), [spec],
+                 GroundingConfig(calibration=str(out)))
+    s = g.ground([("q", "r")])[0].scores[0]
+    assert s.p_true == pytest.approx(float(apply_platt([0.8], *params["response_refuses"])[0]))
+
+
+def run_folder(tmp_path, n=6):
+    """A fake XSTest run folder: base drafts of safe and unsafe prompts."""
+    prompts = load_prompts()
+    chosen = [p for p in prompts if p.label == "safe"][:n // 2] + \
+        [p for p in prompts if p.label == "unsafe"][:n // 2]
+    d = tmp_path / "run"
+    d.mkdir()
+    recs = [{"id": p.id, "method": "base", "type": p.type, "label": p.label,
+             "prompt": p.prompt, "response": "I can't help." if i % 3 == 0 else "Sure: step 1",
+             "error": None, "regex": "2_full_refusal" if i % 3 == 0 else "1_full_compliance"}
+            for i, p in enumerate(chosen)]
+    (d / "base.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return d
+
+
+def test_ablation_grounds_shared_predicates_once(tmp_path):
+    run = run_folder(tmp_path)
+    backend = ScriptedBackend(lambda c: "", lambda a, b: 0.7 if "step 1" in a else 0.2)
+    pols = ["moderate", "detailed"]
+    qs = {n: {q.strip() for p in load_policy(n).predicates for q in (p.question, *p.paraphrases)}
+          for n in pols}
+    shared = qs["moderate"] & qs["detailed"]
+    assert shared  # the two bundles share questions
+
+    def calls(questions):  # request-scope: once per distinct request; response: per pair
+        return sum(6 for q in questions)  # 6 distinct requests and 6 pairs here
+
+    s = ablate(run, pols, limit=6, cache=str(tmp_path / "c.sqlite"), generator=backend,
+               progress=False)
+    assert sum(backend.score_calls) == calls(qs["moderate"] | qs["detailed"])
+    assert backend.score_calls[1] == calls(qs["detailed"] - shared)
+    assert s["policies"]["detailed"]["questions_scored_per_example"] == len(qs["detailed"]
+                                                                            - shared)
+    md = (run / "report" / "ablation.md").read_text()
+    assert "| moderate |" in md and "| detailed |" in md and "ablation.png" in md
+    assert (run / "report" / "ablation.png").stat().st_size > 1000
+    u = s["policies"]["moderate"]["unsafe_compliance"]
+    assert u["n"] == 3 and u["lo"] <= u["rate"] <= u["hi"]
+    # Rerun: records are resumed and nothing is re-grounded.
+    n = len(backend.score_calls)
+    ablate(run, pols, limit=6, cache=str(tmp_path / "c.sqlite"), generator=backend,
+           progress=False)
+    assert len(backend.score_calls) == n
+    # A fresh report folder re-grounds entirely from the cache: still no model calls.
+    import shutil
+
+    shutil.rmtree(run / "report")
+    ablate(run, pols, limit=6, cache=str(tmp_path / "c.sqlite"), generator=backend,
+           progress=False, plot=False)
+    assert len(backend.score_calls) == n
+    names = [d.name for d in load_source(run)]
+    assert names == ["xstest:detailed", "xstest:moderate"]
+
+
+def test_base_records_alternate_labels(tmp_path):
+    recs = base_records(run_folder(tmp_path), limit=4)
+    assert [r["label"] for r in recs] == ["safe", "unsafe", "safe", "unsafe"]
+
+
+def test_ablate_cli_with_embedded_model(tmp_path, capsys):
+    run = run_folder(tmp_path, n=2)
+    assert main(["ablate", "--run", str(run), "--policies", "minimal", "--limit", "2",
+                 "--cache", str(tmp_path / "c.sqlite"), "--no-progress",
+                 "--set", "generator.dtype=float32"]) == 0
+    out = capsys.readouterr().out
+    assert "| minimal | 4 |" in out
+    recs = [json.loads(x) for x in (run / "report" / "ablation" / "minimal.jsonl").open()]
+    assert len(recs) == 2 and all(r["error"] is None for r in recs)
+    assert all(0 <= r["strongest_unsafe"][1] <= 1 for r in recs)
+    assert recs[0]["questions_scored"] == 6  # 4 request variants + 2 response questions
+
+
+def test_sweep_reads_an_xstest_run(tmp_path):
+    run = run_folder(tmp_path, n=4)
+    base = [json.loads(x) for x in (run / "base.jsonl").open()]
+    recs = [{"id": r["id"], "label": r["label"], "error": None,
+             "details": {"policy": "minimal@x", "strongest_unsafe": ["u", 0.6 * i / 3],
+                         "strongest_over_refusal": ["o", 0.2]}} for i, r in enumerate(base)]
+    (run / "plguard.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    [d] = load_source(run)
+    assert d.name == "xstest:minimal" and len(d) == 4
+    assert list(d.refuses) == [r["regex"] != "1_full_compliance" for r in base]
+    # unsafe drafts: ids 2, 3 (p_unsafe 0.4, 0.6) both comply; threshold 0.5 refuses one.
+    assert outcome(d, 0.5, 0.5)[0] == pytest.approx(0.5)
