@@ -169,6 +169,7 @@ _COMMAND_GROUPS: list[tuple[str, str]] = [
     ("plguard.evals.cli", "add_eval_commands"),
     ("plguard.server.cli", "add_serve_commands"),
     ("plguard.view.cli", "add_view_commands"),
+    ("plguard.evals.tools_cli", "add_tools_commands"),
 ]
 
 
