@@ -1,0 +1,8 @@
+# One entry for the checks CI runs (after scripts/setup.sh --dev).
+.PHONY: check lint test
+check: lint test
+lint:
+	ruff check plguard tests scripts
+	mypy
+test:
+	python3 -m pytest --runslow -q
