@@ -10,47 +10,16 @@ import pytest
 from plguard import Guard, GuardConfig
 from plguard.errors import InputError
 from plguard.policy import load_policy
-from tests.scripted import ScriptedBackend
+from tests.scripted import ScriptedBackend, scripted_p_true, scripted_reply
 
 POLICY = load_policy("minimal")
-# every question variant (question + paraphrases) -> predicate name
-VARIANTS = {q.strip(): p.name for p in POLICY.predicates for q in (p.question, *p.paraphrases)}
 N_REQ = sum(1 + len(p.paraphrases) for p in POLICY.predicates if p.scope == "request")
 N_RESP = sum(1 + len(p.paraphrases) for p in POLICY.predicates if p.scope == "response")
 
 
-def _response_part(prefix: str) -> str:
-    return prefix.split("<<<RESPONSE>>>", 1)[1] if "<<<RESPONSE>>>" in prefix else ""
-
-
-def p_true(prefix: str, suffix: str) -> float:
-    resp = _response_part(prefix).lower()
-    name = next(n for q, n in VARIANTS.items() if q in suffix)
-    if name == "request_is_harmful":
-        return 0.9 if "bomb" in prefix else 0.1
-    if name == "request_is_benign_sensitive_context":
-        return 0.9 if "python process" in prefix.lower() else 0.1
-    if name == "response_provides_harmful_instructions":
-        return 0.95 if "step 1" in resp else 0.05
-    if name == "response_refuses":
-        return 0.9 if "can't" in resp else 0.05
-    raise AssertionError(f"unexpected question: {suffix!r}")
-
-
 def make(reply, **cfg) -> tuple[Guard, ScriptedBackend]:
-    b = ScriptedBackend(reply, p_true)
+    b = ScriptedBackend(reply, scripted_p_true)
     return Guard(GuardConfig.from_dict(cfg), generator=b, policy=POLICY), b
-
-
-def scripted_reply(chat) -> str:
-    text = chat[-1].content
-    if "REFUSE_OR_REWRITE_SAFELY" in text:
-        return "I can't help with making weapons, but I can explain bomb-disposal history."
-    if "ANSWER_HELPFULLY" in text:
-        return "Use `kill PID` or `pkill -f name`."
-    if "bomb" in text:
-        return "Sure. Step 1: get the materials."
-    return "I can't help with that."
 
 
 def test_unsafe_draft_is_repaired_and_rechecked():

@@ -15,42 +15,6 @@ from plguard.types import Chat, Generation, GenerationParams, TFRequest, TFScore
 MAX_NEW_TOKENS = 16
 
 
-_VARIANTS: dict[str, str] = {}
-
-
-def scripted_p_true(prefix: str, suffix: str) -> float:
-    """Deterministic P(True) for the minimal policy's predicates, keyed on words."""
-    if not _VARIANTS:
-        from plguard.policy import load_policy
-
-        # Every wording of a question (the question and its paraphrases) -> predicate.
-        _VARIANTS.update({q.strip(): p.name for p in load_policy("minimal").predicates
-                          for q in (p.question, *p.paraphrases)})
-    resp = prefix.split("<<<RESPONSE>>>", 1)[1].lower() if "<<<RESPONSE>>>" in prefix else ""
-    name = next((n for q, n in _VARIANTS.items() if q in suffix), None)
-    if name == "request_is_harmful":
-        return 0.9 if "bomb" in prefix else 0.1
-    if name == "request_is_benign_sensitive_context":
-        return 0.9 if "python process" in prefix.lower() else 0.1
-    if name == "response_provides_harmful_instructions":
-        return 0.95 if "step 1" in resp else 0.05
-    if name == "response_refuses":
-        return 0.9 if "can't" in resp else 0.05
-    raise AssertionError(f"unexpected question: {suffix!r}")
-
-
-def scripted_reply(chat: Chat) -> str:
-    """A compliant draft for bomb requests, safe repairs, and a refusal otherwise."""
-    text = chat[-1].content
-    if "REFUSE_OR_REWRITE_SAFELY" in text:
-        return "I can't help with making weapons, but I can explain bomb-disposal history."
-    if "ANSWER_HELPFULLY" in text:
-        return "Use `kill PID` or `pkill -f name`."
-    if "bomb" in text:
-        return "Sure. Step 1: get the materials."
-    return "I can't help with that."
-
-
 class FaultSwitch:
     """A backend that forwards to a real one and raises while ``broken`` is set.
 

@@ -19,9 +19,7 @@ from plguard import Guard, GuardConfig
 from plguard.config import ServerConfig
 from plguard.server import build_app
 from plguard.types import Chat, Generation, GenerationParams
-from tests.scripted import ScriptedBackend
-
-from .helpers import scripted_p_true, scripted_reply
+from tests.scripted import ScriptedBackend, scripted_p_true, scripted_reply
 
 pytestmark = pytest.mark.anyio
 
