@@ -34,7 +34,6 @@ class _Clock:
     """Per-phase wall time, shared evenly by the examples of a batched call."""
 
     def __init__(self, n: int) -> None:
-        self.n = max(n, 1)
         self.per_example: list[dict[str, float]] = [{} for _ in range(n)]
 
     def run(self, phase: str, idx: Sequence[int], fn: Callable[[], T]) -> T:
