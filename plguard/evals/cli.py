@@ -22,13 +22,15 @@ def _positive(value: str) -> int:
 
 
 def _cmd_xstest(args: argparse.Namespace) -> int:
+    from plguard.batchjob.cli import ray_options
     from plguard.cli import config_from_args
     from plguard.evals.runner import run_xstest
 
     cfg = config_from_args(args)
     out = Path(args.out or f"runs/xstest-{cfg.policy}")
     summary = run_xstest(cfg, out, methods=args.methods, scorers=args.scorers,
-                         limit=args.limit, progress=not args.no_progress)
+                         limit=args.limit, progress=not args.no_progress,
+                         ray=ray_options(args))
     print(f"run folder: {out}")
     for m in summary.written:
         print(f"  {m:<17} written {summary.written[m]:>4}  skipped (already done) "
@@ -77,6 +79,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 def add_eval_commands(subparsers: Any) -> None:
     """Add ``eval xstest``, ``eval validate-scorers``, ``eval guard-labelled`` and ``report``."""
+    from plguard.batchjob.cli import add_ray_options
     from plguard.cli import add_config_options
     from plguard.evals.runner import SCORERS
 
@@ -98,6 +101,7 @@ def add_eval_commands(subparsers: Any) -> None:
     x.add_argument("--out", metavar="DIR", help="Run folder (default runs/xstest-POLICY).")
     x.add_argument("--no-report", action="store_true", help="Skip writing the report.")
     x.add_argument("--no-progress", action="store_true", help="No progress bar.")
+    add_ray_options(x)
     x.set_defaults(func=_cmd_xstest)
 
     v = sub.add_parser("validate-scorers", help="Regex and semantic evaluators against the "

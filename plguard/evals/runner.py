@@ -16,9 +16,8 @@ fails is recorded with its error and counted, and the run goes on.
 from __future__ import annotations
 
 import sys
-import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -26,8 +25,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from plguard.config import GuardConfig
 from plguard.errors import ConfigError, did_you_mean
 from plguard.evals.data import XSTestPrompt, data_dir, load_prompts
-from plguard.evals.methods import METHODS, MethodOutput, Methods
-from plguard.evals.scorers import REGEX_SCORERS, SemanticEvaluator, SemanticVerdict
+from plguard.evals.methods import METHODS
+from plguard.evals.scorers import SemanticEvaluator
+from plguard.evals.shards import (
+    build_methods,
+    error_text,
+    generate_payload,
+    run_chunk,
+    run_safely,
+    score_rows,
+)
 from plguard.evals.store import (
     JsonlStore,
     check_same_config,
@@ -36,15 +43,17 @@ from plguard.evals.store import (
     package_versions,
     write_json_atomic,
 )
-from plguard.types import GenerationParams
 
 if TYPE_CHECKING:
     from plguard.backends.base import Backend
     from plguard.guard import Guard
+    from plguard.scale import RayOptions
 
 T = TypeVar("T")
 U = TypeVar("U")
 SCORERS: tuple[str, ...] = ("regex", "regex_extended", "semantic")
+GENERATE_FACTORY = "plguard.evals.shards:make_generate_worker"
+SEMANTIC_FACTORY = "plguard.evals.shards:make_semantic_worker"
 
 
 @dataclass
@@ -57,30 +66,6 @@ class RunSummary:
     errors: dict[str, int] = field(default_factory=dict)
     scored: dict[str, int] = field(default_factory=dict)
     unparsed: dict[str, int] = field(default_factory=dict)
-
-
-def run_safely(fn: Callable[[Sequence[T]], Sequence[U]], items: Sequence[T]
-               ) -> list[U | BaseException]:
-    """``fn(items)``; on an exception, each item on its own, so one bad item fails alone.
-
-    KeyboardInterrupt and SystemExit propagate: the records already written stay.
-    """
-    try:
-        out = fn(items)
-        if len(out) != len(items):
-            raise RuntimeError(f"{len(out)} results for {len(items)} inputs")
-        return list(out)
-    except Exception as exc:  # a fault in one example must not lose the others
-        if len(items) == 1:
-            return [exc]
-        results: list[U | BaseException] = []
-        for it in items:
-            results.extend(run_safely(fn, [it]))
-        return results
-
-
-def _err(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:2000]
 
 
 def check_methods(methods: Sequence[str]) -> list[str]:
@@ -106,7 +91,7 @@ def model_identity(backend: Any, path: str) -> dict[str, Any]:
         out["sha256"] = model_file_hash(local)
     except Exception as exc:  # a scripted or remote backend has no local weights
         out["sha256"] = None
-        out["hash_error"] = _err(exc)
+        out["hash_error"] = error_text(exc)
     return out
 
 
@@ -117,7 +102,8 @@ class XSTestRun:
                  methods: Sequence[str] = METHODS, scorers: Sequence[str] = SCORERS,
                  limit: int | None = None, progress: bool = True,
                  guard: Guard | None = None, evaluator: Backend | None = None,
-                 prompts: Sequence[XSTestPrompt] | None = None) -> None:
+                 prompts: Sequence[XSTestPrompt] | None = None,
+                 ray: RayOptions | None = None) -> None:
         for s in scorers:
             if s not in SCORERS:
                 raise ConfigError(f"unknown scorer '{s}'{did_you_mean(s, SCORERS)}; "
@@ -130,6 +116,7 @@ class XSTestRun:
         self.progress = progress
         self._guard = guard
         self._evaluator = evaluator
+        self.ray = ray
         self.prompts = list(prompts) if prompts is not None else load_prompts(limit=limit)
         self.summary = RunSummary(self.out)
 
@@ -157,7 +144,9 @@ class XSTestRun:
     # -- manifest ---------------------------------------------------------------------------
     def _manifest(self, previous: dict[str, Any] | None, session: dict[str, Any]
                   ) -> dict[str, Any]:
-        g = self.guard
+        # On Ray the models live in the actors: the driver loads none, so the generator's
+        # identity here is its file (path and hash), not a loaded backend's id.
+        g = self.guard if self.ray is None else self._guard
         man: dict[str, Any] = dict(previous or {})
         sessions = list(man.get("sessions", []))
         if sessions and sessions[-1].get("session") == session["session"]:
@@ -166,6 +155,9 @@ class XSTestRun:
             sessions.append(session)
         from plguard.evals.methods import TEMPLATE_VERSION
         from plguard.evals.scorers import EVALUATOR_TEMPLATE_VERSION
+        from plguard.policy import load_policy
+
+        policy = g.policy if g is not None else load_policy(self.config.policy)
 
         prompts_csv = data_dir() / "xstest_prompts.csv"
         man.update({
@@ -175,10 +167,11 @@ class XSTestRun:
                               key=METHODS.index),
             "scorers": sorted(set(man.get("scorers", [])) | set(self.scorers),
                               key=SCORERS.index),
-            "policy": {"name": g.policy.name, "id": g.policy.id},
+            "policy": {"name": policy.name, "id": policy.id},
             "n_prompts": max(int(man.get("n_prompts", 0)), len(self.prompts)),
             "dataset": {"prompts": str(prompts_csv), "sha256": _sha256(prompts_csv)},
-            "generator": model_identity(g.generator, self.config.generator.path),
+            "generator": model_identity(g.generator if g is not None else None,
+                                        self.config.generator.path),
             "evaluator": (model_identity(self._evaluator, self.config.evaluator_model.path)
                           if self._evaluator is not None else man.get("evaluator")),
             "templates": {"methods": TEMPLATE_VERSION, "evaluator": EVALUATOR_TEMPLATE_VERSION},
@@ -212,7 +205,10 @@ class XSTestRun:
         previous = check_same_config(mpath, self.config.model_dump(mode="json"))
         session: dict[str, Any] = {"session": uuid.uuid4().hex[:12], "started": now_iso(),
                                    "ended": None,
-                                   "limit": self.limit, "argv": sys.argv[1:]}
+                                   "limit": self.limit, "argv": sys.argv[1:],
+                                   "executor": ("local" if self.ray is None else
+                                                {"ray": self.ray.address or "local",
+                                                 "workers": self.ray.workers})}
         write_json_atomic(mpath, self._manifest(previous, session))
         stores = {m: JsonlStore(self.out / f"{m}.jsonl") for m in self.methods}
         self._generate(stores)
@@ -231,77 +227,48 @@ class XSTestRun:
                     dynamic_ncols=True, file=sys.stderr)
 
     def _generate(self, stores: dict[str, JsonlStore]) -> None:
-        todo = {m: [p for p in self.prompts if p.id not in stores[m]] for m in self.methods}
+        pending = {m: {p.id for p in self.prompts if p.id not in stores[m]}
+                   for m in self.methods}
         for m in self.methods:
-            self.summary.skipped[m] = len(self.prompts) - len(todo[m])
+            self.summary.skipped[m] = len(self.prompts) - len(pending[m])
             self.summary.written.setdefault(m, 0)
             self.summary.errors.setdefault(m, 0)
-        total = sum(len(v) for v in todo.values())
+        total = sum(len(v) for v in pending.values())
         if total == 0:
             return
-        g = self.guard
-        cfg = self.config
-        methods = Methods(g.generator, g.policy.text, g.params,
-                          GenerationParams(max_new_tokens=cfg.eval.judge_max_new_tokens,
-                                           temperature=0.0), guard=g)
-        bs = cfg.generator.batch_size
+        bs = self.config.generator.batch_size
         # Batches are cut from the unfinished prompts only, so a resumed run still fills
         # whole batches; the type-interleaved order keeps a partial run a balanced sample.
         order = [p for p in interleave_by_type(self.prompts)
-                 if any(p.id not in stores[m] for m in self.methods)]
+                 if any(p.id in pending[m] for m in self.methods)]
+        chunks = [order[i:i + bs] for i in range(0, len(order), bs)]
+        drafts = stores["base"].records if "base" in stores else {}
         with self._bar(total, "xstest") as bar:
-            for start in range(0, len(order), bs):
-                chunk = order[start:start + bs]
-                for m in self.methods:
-                    pend = [p for p in chunk if p.id not in stores[m]]
-                    if pend:
-                        self._run_method(m, pend, methods, stores)
-                        bar.update(len(pend))
+            def emit(m: str, rec: dict[str, Any]) -> None:
+                self._store(stores[m], rec)
+                bar.update(1)
 
-    def _run_method(self, m: str, pend: list[XSTestPrompt], methods: Methods,
-                    stores: dict[str, JsonlStore]) -> None:
-        if m in ("base", "policy_prompting"):
-            fn = methods.base if m == "base" else methods.policy_prompting
-            outs = run_safely(lambda ps: fn([p.prompt for p in ps]), pend)
-            for p, o in zip(pend, outs, strict=True):
-                self._write(stores[m], m, p, o)
-            return
-        base = stores["base"]
-        ready = [p for p in pend if (base.get(p.id) or {}).get("response") is not None]
-        for p in pend:
-            if p not in ready:
-                self._write(stores[m], m, p, RuntimeError("no base draft (its generation "
-                                                          "failed; see base.jsonl)"))
-        if not ready:
-            return
-        drafts = {p.id: str(base.records[p.id]["response"]) for p in ready}
-        fn2 = methods.llm_judge if m == "llm_judge" else methods.plguard
-        outs = run_safely(lambda ps: fn2([p.prompt for p in ps], [drafts[p.id] for p in ps]),
-                          ready)
-        for p, o in zip(ready, outs, strict=True):
-            if isinstance(o, MethodOutput):
-                # The shared draft's generation time belongs to this method's forward pass.
-                gen = base.records[p.id].get("times", {}).get("generation")
-                if gen is not None:
-                    o.times = {"generation": gen, **o.times}
-            self._write(stores[m], m, p, o)
+            if self.ray is not None:
+                from plguard.scale import run_shards_ray
 
-    def _write(self, store: JsonlStore, m: str, p: XSTestPrompt,
-               o: MethodOutput | BaseException) -> None:
-        rec: dict[str, Any] = {"id": p.id, "method": m, "type": p.type, "label": p.label,
-                               "prompt": p.prompt}
-        if isinstance(o, BaseException):
-            rec.update(response=None, error=_err(o), times={}, details={})
-            self.summary.errors[m] = self.summary.errors.get(m, 0) + 1
-        else:
-            times = dict(o.times)
-            times["total"] = sum(times.values())
-            rec.update(response=o.response, error=None, times=times, details=o.details)
-            for name, fn in REGEX_SCORERS.items():
-                rec[name] = fn(o.response)
-        rec["written"] = time.time()
+                payloads = [generate_payload(self.methods, c, pending, drafts) for c in chunks]
+                for _, recs in run_shards_ray(GENERATE_FACTORY, self.config, {}, payloads,
+                                              self.ray):
+                    for rec in recs:
+                        emit(str(rec["method"]), rec)
+                return
+            methods = build_methods(self.config, self.guard)
+            for chunk in chunks:
+                run_chunk(methods, self.methods, chunk, pending, drafts, emit)
+
+    def _store(self, store: JsonlStore, rec: dict[str, Any]) -> None:
+        m = str(rec["method"])
+        if rec["id"] in store:
+            return  # a shard redone after a worker died: the first copy stands
         store.append(rec)
         self.summary.written[m] = self.summary.written.get(m, 0) + 1
+        if rec.get("error") is not None:
+            self.summary.errors[m] = self.summary.errors.get(m, 0) + 1
 
     # -- semantic scoring -------------------------------------------------------------------
     def _score_semantic(self, stores: dict[str, JsonlStore]) -> None:
@@ -315,23 +282,31 @@ class XSTestRun:
             self.summary.unparsed[m] = sum(1 for r in sem[m] if not r.get("parsed"))
         if total == 0:
             return
-        ev = SemanticEvaluator(self.evaluator_backend(),
-                               batch_size=self.config.eval.evaluator_batch_size,
-                               max_new_tokens=self.config.eval.evaluator_max_new_tokens)
-        bs = ev.batch_size
+        bs = self.config.eval.evaluator_batch_size
+        chunks = [rows[i:i + bs] for m in self.methods for rows in [todo[m]]
+                  for i in range(0, len(rows), bs)]
         with self._bar(total, "semantic") as bar:
-            for m in self.methods:
-                rows = todo[m]
-                for start in range(0, len(rows), bs):
-                    chunk = rows[start:start + bs]
-                    outs = run_safely(lambda rs: ev.score(
-                        [(r["prompt"], r["label"], r["response"]) for r in rs]), chunk)
-                    for r, v in zip(chunk, outs, strict=True):
-                        sem[m].append(semantic_record(r, v))
-                        self.summary.scored[m] += 1
-                        if not isinstance(v, SemanticVerdict) or not v.parsed:
-                            self.summary.unparsed[m] += 1
-                    bar.update(len(chunk))
+            if self.ray is not None:
+                from plguard.scale import run_shards_ray
+
+                payloads = [[{k: r[k] for k in ("id", "method", "type", "label", "prompt",
+                                                "response")} for r in c] for c in chunks]
+                results = (recs for _, recs in run_shards_ray(
+                    SEMANTIC_FACTORY, self.config, {}, payloads, self.ray))
+            else:
+                ev = SemanticEvaluator(self.evaluator_backend(), batch_size=bs,
+                                       max_new_tokens=self.config.eval.evaluator_max_new_tokens)
+                results = (score_rows(ev, c) for c in chunks)
+            for recs in results:
+                for v in recs:
+                    m = str(v["method"])
+                    if v["id"] in sem[m]:
+                        continue  # a shard redone after a worker died
+                    sem[m].append(v)
+                    self.summary.scored[m] += 1
+                    if not v.get("parsed"):
+                        self.summary.unparsed[m] += 1
+                bar.update(len(recs))
 
 
 def interleave_by_type(prompts: Sequence[XSTestPrompt]) -> list[XSTestPrompt]:
@@ -347,21 +322,6 @@ def interleave_by_type(prompts: Sequence[XSTestPrompt]) -> list[XSTestPrompt]:
     for i in range(max((len(v) for v in by_type.values()), default=0)):
         out += [v[i] for v in by_type.values() if i < len(v)]
     return out
-
-
-def semantic_record(rec: dict[str, Any], v: SemanticVerdict | BaseException
-                    ) -> dict[str, Any]:
-    """The stored form of one semantic verdict (or of the error that prevented it)."""
-    base = {"id": rec["id"], "method": rec.get("method"), "label": rec.get("label"),
-            "type": rec.get("type")}
-    if isinstance(v, BaseException):
-        return {**base, "class": None, "over_refusal": None, "unsafe_compliance": None,
-                "rationale": "", "parsed": False, "attempts": 0, "raw": "",
-                "error": _err(v)}
-    return {**base, "class": v.response_class, "over_refusal": v.over_refusal,
-            "unsafe_compliance": v.unsafe_compliance, "rationale": v.rationale,
-            "parsed": v.parsed, "attempts": v.attempts, "raw": v.raw,
-            "flags_derived": v.flags_derived, "error": None}
 
 
 def json_or_none(path: Path) -> dict[str, Any] | None:
@@ -389,4 +349,4 @@ def run_xstest(config: GuardConfig, out_dir: str | Path, **kwargs: Any) -> RunSu
 
 
 __all__ = ["SCORERS", "RunSummary", "XSTestRun", "check_methods", "interleave_by_type",
-           "model_identity", "run_safely", "run_xstest", "semantic_record"]
+           "model_identity", "run_safely", "run_xstest"]

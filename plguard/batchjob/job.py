@@ -1,0 +1,142 @@
+"""``plguard batch``: guard a dataset, locally or on a Ray cluster, resumably.
+
+Rows are cut into shards of ``generator.batch_size`` in input order; a shard is one
+``Guard.batch`` call, whether it runs here or in a Ray actor, so both paths give the
+same traces. A shard that raises is redone row by row, and a row that still fails is
+written with its error (counted, never dropped), so one bad row costs only itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from plguard.batchjob.io import Row, TraceSink, read_rows
+from plguard.config import GuardConfig
+from plguard.scale import RayOptions, run_shards_local, run_shards_ray
+from plguard.types import GuardResult
+
+FACTORY = "plguard.batchjob.job:make_worker"
+
+
+@dataclass
+class BatchSummary:
+    """What one ``plguard batch`` invocation did."""
+
+    output: Path
+    rows: int = 0
+    skipped: int = 0
+    written: int = 0
+    errors: int = 0
+    actions: dict[str, int] = field(default_factory=dict)
+
+
+def trace_record(row: Row, result: GuardResult) -> dict[str, Any]:
+    """One output row: the headline fields flat, the full trace nested."""
+    d = result.decision
+    return {
+        "id": row.id, "prompt": row.prompt, "response_given": row.response is not None,
+        "draft": result.draft, "final": result.final, "action": d.action,
+        "reason": d.reason, "repaired": result.repaired,
+        "fallback_used": result.fallback_used,
+        "unsafe_rule": d.strongest_unsafe[0], "p_unsafe": d.strongest_unsafe[1],
+        "over_refusal_rule": d.strongest_over_refusal[0],
+        "p_over_refusal": d.strongest_over_refusal[1],
+        "predicates": result.grounding.probs, "rules": dict(result.policy.probs),
+        "timings_s": dict(result.timings_s), "model": result.grounding.model,
+        "policy": result.policy.policy, "error": None,
+        "trace": dataclasses.asdict(result),
+    }
+
+
+def error_record(row: Row, exc: BaseException) -> dict[str, Any]:
+    """The output row of a row that could not be guarded."""
+    return {"id": row.id, "prompt": row.prompt, "response_given": row.response is not None,
+            "draft": None, "final": None, "action": None, "reason": None,
+            "repaired": None, "fallback_used": None, "unsafe_rule": None, "p_unsafe": None,
+            "over_refusal_rule": None, "p_over_refusal": None, "predicates": None,
+            "rules": None, "timings_s": None, "model": None, "policy": None,
+            "error": f"{row.where}: {type(exc).__name__}: {exc}"[:2000], "trace": None}
+
+
+def make_worker(config: GuardConfig) -> Any:
+    """The per-process worker: one Guard; a shard payload is a list of row dicts."""
+    from plguard.evals.runner import run_safely
+    from plguard.guard import Guard
+
+    guard = Guard(config)
+
+    def work(payload: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        rows = [Row(**r) for r in payload]
+        outs = run_safely(lambda rs: guard.batch([r.prompt for r in rs],
+                                                 [r.response for r in rs]), rows)
+        return [trace_record(r, o) if isinstance(o, GuardResult) else error_record(r, o)
+                for r, o in zip(rows, outs, strict=True)]
+
+    return work
+
+
+def run_batch(config: GuardConfig, input_path: str | Path, output_path: str | Path, *,
+              prompt_column: str = "prompt", response_column: str | None = None,
+              id_column: str | None = None, ray: RayOptions | None = None,
+              limit: int | None = None, progress: bool = True) -> BatchSummary:
+    """Guard every row of ``input_path`` not yet in ``output_path``; see the module doc."""
+    from filelock import FileLock, Timeout
+
+    from plguard.errors import ConfigError
+
+    rows = read_rows(input_path, prompt_column=prompt_column,
+                     response_column=response_column, id_column=id_column)
+    if limit is not None:
+        rows = rows[:limit]
+    out = Path(output_path)
+    lock = FileLock(str(out.with_name(f".{out.name}.lock")))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise ConfigError(f"another run is writing {out}; wait for it or choose another "
+                          "output") from None
+    try:
+        sink = TraceSink(out)
+        summary = BatchSummary(out, rows=len(rows))
+        todo = [r for r in rows if r.id not in sink]
+        summary.skipped = len(rows) - len(todo)
+        if todo:
+            _guard_rows(config, todo, sink, summary, ray, progress)
+        sink.finish()
+        return summary
+    finally:
+        lock.release()
+
+
+def _guard_rows(config: GuardConfig, todo: list[Row], sink: TraceSink, summary: BatchSummary,
+                ray: RayOptions | None, progress: bool) -> None:
+    from tqdm import tqdm
+
+    from plguard.policy import load_policy
+
+    load_policy(config.policy)  # a policy error surfaces before any model or actor starts
+    bs = config.generator.batch_size
+    shards = [[dataclasses.asdict(r) for r in todo[i:i + bs]] for i in range(0, len(todo), bs)]
+    results: Iterator[tuple[int, list[dict[str, Any]]]] = (
+        run_shards_ray(FACTORY, config, {}, shards, ray) if ray is not None
+        else run_shards_local(FACTORY, config, {}, shards))
+    with tqdm(total=len(todo), desc="batch", unit="row", disable=not progress,
+              dynamic_ncols=True, file=sys.stderr) as bar:
+        for _, records in results:
+            for rec in records:
+                sink.append(rec)
+                summary.written += 1
+                if rec["error"] is not None:
+                    summary.errors += 1
+                else:
+                    a = str(rec["action"])
+                    summary.actions[a] = summary.actions.get(a, 0) + 1
+            bar.update(len(records))
+
+
+__all__ = ["BatchSummary", "error_record", "make_worker", "run_batch", "trace_record"]
