@@ -47,7 +47,11 @@ class ModelConfig(_Strict):
         0.4, gt=0, le=1, description="vLLM: share of device memory (host memory on CPU)."
     )
     tensor_parallel_size: int = Field(1, ge=1, description="vLLM: tensor-parallel ranks.")
-    data_parallel_size: int = Field(1, ge=1, description="vLLM: data-parallel replicas.")
+    data_parallel_size: int = Field(1, ge=1, description="vLLM: data-parallel replicas "
+                                    "(on Ray: one actor per replica; see docs/ray.md).")
+    distributed_executor_backend: Literal["mp", "ray"] | None = Field(
+        None, description="vLLM: how tensor-parallel ranks run: mp (processes on one node) "
+        "or ray (placement group over a Ray cluster's nodes); unset: vLLM's default.")
     enable_prefix_caching: bool = Field(True, description="vLLM: automatic prefix caching.")
     cpu_kvcache_space_gib: int = Field(2, ge=1, description="vLLM on CPU: KV-cache GiB.")
 

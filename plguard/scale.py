@@ -18,6 +18,7 @@ import importlib
 import json
 import math
 import os
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -63,7 +64,7 @@ def connect(address: str | None) -> Any:
         return ray
     env = {k: v for k, v in os.environ.items() if k.startswith(_FORWARD_ENV_PREFIXES)}
     try:
-        ray.init(address=address, ignore_reinit_error=True, log_to_driver=True,
+        ray.init(address=address, ignore_reinit_error=True, log_to_driver=False,
                  include_dashboard=False, runtime_env={"env_vars": env} if env else None)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         where = address or "a new local instance"
@@ -146,6 +147,14 @@ def run_shards_ray(factory: str, config: GuardConfig, options: dict[str, Any],
     """
     if not payloads:
         return
+    if opts.address is None:
+        # On a local Ray instance the actors see this machine's files: a bad model path
+        # fails here, plainly, rather than as an actor dying in Ray's logs.
+        from plguard.models import resolve_model_path
+
+        for path in {config.generator.path, config.grounder_model.path,
+                     config.evaluator_model.path}:
+            resolve_model_path(path)
     ray = connect(opts.address)
     workers, cpus, gpus = plan(config, opts, dict(ray.cluster_resources()))
     workers = min(workers, len(payloads))
@@ -168,16 +177,29 @@ def run_shards_ray(factory: str, config: GuardConfig, options: dict[str, Any],
         for row in ds.iter_rows():
             yield int(row["shard"]), list(json.loads(row["result"]))
     except Exception as exc:
-        raise BackendError(f"Ray run failed: {_root_cause(exc)}") from exc
+        raise BackendError(f"Ray run failed: {_root_cause(exc)} (worker logs: "
+                           "/tmp/ray/session_latest/logs on the worker's node)") from exc
 
 
 def _root_cause(exc: BaseException) -> str:
-    # Ray wraps a worker's exception in several layers; the innermost names the problem.
-    seen = exc
-    while seen.__cause__ is not None and seen.__cause__ is not seen:
-        seen = seen.__cause__
-    text = str(seen).strip().splitlines()
-    return f"{type(seen).__name__}: {text[-1] if text else ''}"
+    """The worker's own error inside Ray's wrappers (its type and message, one line)."""
+    chain: list[BaseException] = []
+    e: BaseException | None = exc
+    while e is not None and all(e is not c for c in chain):
+        chain.append(e)
+        e = e.__cause__ or e.__context__
+    for e in chain:
+        cause = getattr(e, "cause", None)  # RayTaskError keeps the original exception
+        if isinstance(cause, BaseException):
+            return f"{type(cause).__name__}: {cause}"
+    for e in chain:
+        # An actor that died in its constructor carries the remote traceback as text.
+        lines = [ln.strip() for ln in str(e).splitlines()]
+        found = [m.group(1) for ln in lines
+                 if (m := re.match(r"^(?:[\w]+\.)*(\w+(?:Error|Exception): .+)$", ln))]
+        if found:
+            return found[-1]
+    return f"{type(exc).__name__}: {exc}"
 
 
 __all__ = ["RayOptions", "ShardActor", "build_worker", "connect", "import_ray", "plan",

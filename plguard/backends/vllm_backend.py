@@ -45,6 +45,7 @@ class EngineKey:
     max_model_len: int | None
     gpu_memory_utilization: float
     tensor_parallel_size: int
+    distributed_executor_backend: str | None
     enable_prefix_caching: bool
     cpu_kvcache_space_gib: int
     enforce_eager: bool
@@ -147,6 +148,8 @@ def get_engine(key: EngineKey, *, seed: int = 0) -> Any:
         }
         if key.max_model_len is not None:
             kwargs["max_model_len"] = key.max_model_len
+        if key.distributed_executor_backend is not None:
+            kwargs["distributed_executor_backend"] = key.distributed_executor_backend
         try:
             llm = vllm.LLM(**kwargs)
         except Exception as exc:
@@ -193,8 +196,8 @@ class VLLMBackend(TokenizerText):
             # vLLM's offline LLM class refuses DP>1 in one process (it may hang).
             raise ConfigError(
                 f"model.data_parallel_size={cfg.data_parallel_size}: vLLM runs data "
-                "parallelism only as separate processes (one per replica, e.g. `vllm serve "
-                "--data-parallel-size`); set it to 1 here and use tensor_parallel_size for "
+                "parallelism only as separate processes: run with --ray (one actor per "
+                "replica, see docs/ray.md), or set it to 1 and use tensor_parallel_size for "
                 "several GPUs")
         local = resolve_model_path(cfg.path)
         import_vllm()
@@ -206,6 +209,7 @@ class VLLMBackend(TokenizerText):
             model=local, dtype=dtype, max_model_len=cfg.max_context,
             gpu_memory_utilization=cfg.gpu_memory_utilization,
             tensor_parallel_size=cfg.tensor_parallel_size,
+            distributed_executor_backend=cfg.distributed_executor_backend,
             enable_prefix_caching=cfg.enable_prefix_caching,
             cpu_kvcache_space_gib=cfg.cpu_kvcache_space_gib,
             enforce_eager=_default_eager(on_cpu))

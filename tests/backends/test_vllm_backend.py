@@ -87,7 +87,7 @@ def test_missing_model_path_is_a_model_error():
 def test_data_parallel_is_refused_with_advice():
     from plguard.backends.vllm_backend import VLLMBackend
 
-    with pytest.raises(ConfigError, match="tensor_parallel_size"):
+    with pytest.raises(ConfigError, match="--ray.*tensor_parallel_size"):
         VLLMBackend.from_config(VLLM_CFG.model_copy(update={"data_parallel_size": 2}))
 
 
