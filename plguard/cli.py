@@ -14,6 +14,14 @@ from plguard.errors import PlguardError
 from plguard.types import GuardResult
 
 
+def positive_int(value: str) -> int:
+    """Argparse type: an integer of at least 1."""
+    n = int(value)
+    if n < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return n
+
+
 def _field_help(model: type[Any], name: str) -> str:
     return model.model_fields[name].description or ""
 

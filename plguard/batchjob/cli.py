@@ -5,14 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from plguard.cli import positive_int
 from plguard.scale import RayOptions
-
-
-def _positive(value: str) -> int:
-    n = int(value)
-    if n < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return n
 
 
 def add_ray_options(p: argparse.ArgumentParser) -> None:
@@ -22,7 +16,7 @@ def add_ray_options(p: argparse.ArgumentParser) -> None:
                    help="Run on Ray: alone, a local Ray instance (or the cluster in "
                    "RAY_ADDRESS); with ADDRESS, that cluster (host:6379, auto or "
                    "ray://host:10001).")
-    g.add_argument("--workers", type=_positive, help="Ray actors, one model load each "
+    g.add_argument("--workers", type=positive_int, help="Ray actors, one model load each "
                    "(default: generator.data_parallel_size when above 1, else one per "
                    "GPU group or per --cpus-per-worker CPUs).")
     g.add_argument("--cpus-per-worker", type=float, default=1.0,
@@ -77,7 +71,7 @@ def add_batch_commands(subparsers: Any) -> None:
                    "'response' when present; empty cells are drafted).")
     p.add_argument("--id-column", help="Column with unique row ids (default: 'id' when "
                    "present, else the row number).")
-    p.add_argument("--limit", type=_positive, help="Only the first N rows.")
+    p.add_argument("--limit", type=positive_int, help="Only the first N rows.")
     p.add_argument("--no-progress", action="store_true", help="No progress bar.")
     add_config_options(p)
     add_ray_options(p)

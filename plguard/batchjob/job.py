@@ -17,6 +17,7 @@ from typing import Any
 
 from plguard.batchjob.io import Row, TraceSink, read_rows
 from plguard.config import GuardConfig
+from plguard.evals.store import exclusive
 from plguard.scale import RayOptions, run_shards_local, run_shards_ray
 from plguard.types import GuardResult
 
@@ -85,22 +86,12 @@ def run_batch(config: GuardConfig, input_path: str | Path, output_path: str | Pa
               id_column: str | None = None, ray: RayOptions | None = None,
               limit: int | None = None, progress: bool = True) -> BatchSummary:
     """Guard every row of ``input_path`` not yet in ``output_path``; see the module doc."""
-    from filelock import FileLock, Timeout
-
-    from plguard.errors import ConfigError
-
     rows = read_rows(input_path, prompt_column=prompt_column,
                      response_column=response_column, id_column=id_column)
     if limit is not None:
         rows = rows[:limit]
     out = Path(output_path)
-    lock = FileLock(str(out.with_name(f".{out.name}.lock")))
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        raise ConfigError(f"another run is writing {out}; wait for it or choose another "
-                          "output") from None
-    try:
+    with exclusive(out.with_name(f".{out.name}.lock"), out, "choose another output"):
         sink = TraceSink(out)
         summary = BatchSummary(out, rows=len(rows))
         todo = [r for r in rows if r.id not in sink]
@@ -109,8 +100,6 @@ def run_batch(config: GuardConfig, input_path: str | Path, output_path: str | Pa
             _guard_rows(config, todo, sink, summary, ray, progress)
         sink.finish()
         return summary
-    finally:
-        lock.release()
 
 
 def _guard_rows(config: GuardConfig, todo: list[Row], sink: TraceSink, summary: BatchSummary,

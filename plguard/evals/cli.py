@@ -7,18 +7,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from plguard.cli import positive_int
 from plguard.evals.methods import METHODS
 
 
 def _csv_list(value: str) -> list[str]:
     return [v.strip() for part in value.split(",") for v in part.split() if v.strip()]
-
-
-def _positive(value: str) -> int:
-    n = int(value)
-    if n < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return n
 
 
 def _cmd_xstest(args: argparse.Namespace) -> int:
@@ -97,7 +91,7 @@ def add_eval_commands(subparsers: Any) -> None:
                    "llm_judge and plguard reuse the base drafts.")
     x.add_argument("--scorers", type=_csv_list, default=list(SCORERS),
                    help=f"Comma-separated subset of {', '.join(SCORERS)} (default: all).")
-    x.add_argument("--limit", type=_positive, help="Only the first N prompts.")
+    x.add_argument("--limit", type=positive_int, help="Only the first N prompts.")
     x.add_argument("--out", metavar="DIR", help="Run folder (default runs/xstest-POLICY).")
     x.add_argument("--no-report", action="store_true", help="Skip writing the report.")
     x.add_argument("--no-progress", action="store_true", help="No progress bar.")
@@ -107,9 +101,9 @@ def add_eval_commands(subparsers: Any) -> None:
     v = sub.add_parser("validate-scorers", help="Regex and semantic evaluators against the "
                        "human labels of the 2,250 XSTest completions.")
     add_config_options(v)
-    v.add_argument("--limit", type=_positive, help="Seeded, stratified subset of N "
+    v.add_argument("--limit", type=positive_int, help="Seeded, stratified subset of N "
                    "completions for every evaluator.")
-    v.add_argument("--semantic-limit", type=_positive, help="Seeded subset of N for the "
+    v.add_argument("--semantic-limit", type=positive_int, help="Seeded subset of N for the "
                    "semantic evaluator only (the regex ones still see --limit or all).")
     v.add_argument("--scorers", type=_csv_list, default=list(SCORERS))
     v.add_argument("--out", metavar="DIR", default="runs/validate-scorers")
@@ -119,7 +113,7 @@ def add_eval_commands(subparsers: Any) -> None:
     g = sub.add_parser("guard-labelled", help="Guard.check as a classifier over the 2,250 "
                        "labelled (prompt, response) pairs, with the judge baseline.")
     add_config_options(g)
-    g.add_argument("--limit", type=_positive, help="Seeded, stratified subset of N pairs.")
+    g.add_argument("--limit", type=positive_int, help="Seeded, stratified subset of N pairs.")
     g.add_argument("--no-judge", action="store_true", help="Skip the LLM-judge baseline.")
     g.add_argument("--out", metavar="DIR", default="runs/guard-labelled")
     g.add_argument("--no-progress", action="store_true")

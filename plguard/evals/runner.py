@@ -38,6 +38,7 @@ from plguard.evals.shards import (
 from plguard.evals.store import (
     JsonlStore,
     check_same_config,
+    exclusive,
     git_commit,
     now_iso,
     package_versions,
@@ -186,19 +187,9 @@ class XSTestRun:
     # -- the run ----------------------------------------------------------------------------
     def run(self) -> RunSummary:
         """Generate every unfinished record, then score; safe to rerun after a kill."""
-        from filelock import FileLock, Timeout
-
         self.out.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(str(self.out / ".run.lock"))
-        try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            raise ConfigError(f"another run is writing {self.out}; wait for it or use "
-                              "another --out folder") from None
-        try:
+        with exclusive(self.out / ".run.lock", self.out, "use another --out folder"):
             return self._run_locked()
-        finally:
-            lock.release()
 
     def _run_locked(self) -> RunSummary:
         mpath = self.out / "manifest.json"
@@ -283,8 +274,7 @@ class XSTestRun:
         if total == 0:
             return
         bs = self.config.eval.evaluator_batch_size
-        chunks = [rows[i:i + bs] for m in self.methods for rows in [todo[m]]
-                  for i in range(0, len(rows), bs)]
+        chunks = [todo[m][i:i + bs] for m in self.methods for i in range(0, len(todo[m]), bs)]
         with self._bar(total, "semantic") as bar:
             if self.ray is not None:
                 from plguard.scale import run_shards_ray

@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,25 @@ class JsonlStore:
             fh.flush()
             os.fsync(fh.fileno())
         self.records[rid] = record
+
+
+@contextmanager
+def exclusive(lock_path: Path, what: Path, hint: str) -> Iterator[None]:
+    """Hold ``lock_path`` for the run writing ``what``; a second writer is refused at once.
+
+    Two processes appending to the same JSONL would interleave and duplicate records.
+    """
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(str(lock_path))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise ConfigError(f"another run is writing {what}; wait for it or {hint}") from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _json_default(obj: Any) -> Any:
@@ -187,6 +207,7 @@ def _diff_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
 __all__ = [
     "JsonlStore",
     "check_same_config",
+    "exclusive",
     "git_commit",
     "now_iso",
     "package_versions",

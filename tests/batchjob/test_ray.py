@@ -147,3 +147,23 @@ def test_eval_on_ray_survives_an_actor_killed_mid_run(cluster, tmp_path):
     assert restarted and victim not in restarted
     man = json.loads((out / "manifest.json").read_text())
     assert man["sessions"][-1]["executor"] == {"ray": cluster.address, "workers": 2}
+    # The same run locally, on one torch thread like the actors, gives the same records,
+    # the redone shard's included.
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        run_xstest(cfg, tmp_path / "local", limit=limit, scorers=("regex",), progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    for m in METHODS:
+        local = {r["id"]: r for r in read_jsonl(tmp_path / "local" / f"{m}.jsonl")}
+        remote = {r["id"]: r for r in read_jsonl(out / f"{m}.jsonl")}
+        assert {i: r["response"] for i, r in remote.items()} == {
+            i: r["response"] for i, r in local.items()}, m
+        if m == "plguard":
+            for i, r in remote.items():
+                assert r["details"]["action"] == local[i]["details"]["action"]
+                assert r["details"]["predicates"] == pytest.approx(
+                    local[i]["details"]["predicates"], abs=1e-6)
