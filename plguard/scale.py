@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import math
 import os
 import re
@@ -63,9 +64,12 @@ def connect(address: str | None) -> Any:
     if ray.is_initialized():
         return ray
     env = {k: v for k, v in os.environ.items() if k.startswith(_FORWARD_ENV_PREFIXES)}
+    # Ray's and Ray Data's INFO lines would bury plguard's own progress bar and summary.
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
     try:
         ray.init(address=address, ignore_reinit_error=True, log_to_driver=False,
-                 include_dashboard=False, runtime_env={"env_vars": env} if env else None)
+                 include_dashboard=False, logging_level=logging.WARNING,
+                 runtime_env={"env_vars": env} if env else None)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         where = address or "a new local instance"
         raise BackendError(f"cannot connect to the Ray cluster at {where}: "
