@@ -66,7 +66,7 @@ def error_record(row: Row, exc: BaseException) -> dict[str, Any]:
 
 def make_worker(config: GuardConfig) -> Any:
     """The per-process worker: one Guard; a shard payload is a list of row dicts."""
-    from plguard.evals.runner import run_safely
+    from plguard.evals.shards import run_safely
     from plguard.guard import Guard
 
     guard = Guard(config)

@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from plguard.config import GuardConfig
 from plguard.errors import ConfigError, did_you_mean
@@ -50,8 +50,6 @@ if TYPE_CHECKING:
     from plguard.guard import Guard
     from plguard.scale import RayOptions
 
-T = TypeVar("T")
-U = TypeVar("U")
 SCORERS: tuple[str, ...] = ("regex", "regex_extended", "semantic")
 GENERATE_FACTORY = "plguard.evals.shards:make_generate_worker"
 SEMANTIC_FACTORY = "plguard.evals.shards:make_semantic_worker"
