@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from plguard.config import GuardConfig, ModelConfig, Thresholds
 from plguard.decide import decide
 from plguard.errors import (
+    BackendDeadError,
     BackendError,
     ConfigError,
     InputError,
@@ -48,6 +49,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "BackendDeadError",
     "BackendError",
     "ConfigError",
     "Decision",

@@ -74,6 +74,15 @@ class BackendError(PlguardError):
     """A backend failed while generating or scoring."""
 
 
+class BackendDeadError(BackendError):
+    """The backend can serve nothing more (its engine process stopped).
+
+    Unlike a failure on one input, retrying example by example cannot help: batch jobs
+    stop here, keeping what they wrote, instead of recording every remaining example as
+    failed.
+    """
+
+
 class MissingDependencyError(PlguardError, ImportError):
     """An optional dependency is missing; the message names the install command."""
 

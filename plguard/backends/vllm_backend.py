@@ -24,7 +24,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from plguard.backends._text import TokenizerText
-from plguard.errors import BackendError, ConfigError, MissingDependencyError, ModelError
+from plguard.errors import (
+    BackendDeadError,
+    BackendError,
+    ConfigError,
+    MissingDependencyError,
+    ModelError,
+)
 from plguard.models import resolve_model_path
 from plguard.types import Chat, Generation, GenerationParams, TFRequest, TFScore
 
@@ -159,6 +165,16 @@ def get_engine(key: EngineKey, *, seed: int = 0) -> Any:
         return llm
 
 
+def _call_error(exc: BaseException, what: str, model_id: str) -> BackendError:
+    # vLLM raises EngineDeadError once its engine process is gone (killed, crashed, or
+    # stopped by a Ctrl-C sent to the whole process group); every later call fails too.
+    if type(exc).__name__ == "EngineDeadError":
+        return BackendDeadError(f"the vLLM engine of {model_id} has stopped during {what} "
+                                "(interrupted, killed or crashed); nothing more can run on "
+                                "it. Records written so far are kept: rerun to resume.")
+    return BackendError(f"vLLM {what} failed on {model_id}: {type(exc).__name__}: {exc}")
+
+
 def _finite(x: float) -> float:
     # -inf would poison renormalisation and JSON traces; the floor is far below any real
     # log-probability (same floor as the transformers backend).
@@ -272,8 +288,7 @@ class VLLMBackend(TokenizerText):
                                              for ids in cut.values()], sp, use_tqdm=False)
                     outs.update(zip(cut, res, strict=True))
         except Exception as exc:
-            raise BackendError(f"vLLM generation failed on {self.model_id}: "
-                               f"{type(exc).__name__}: {exc}") from exc
+            raise _call_error(exc, "generation", self.model_id) from exc
         results = []
         for i in range(len(chats)):
             new = list(outs[i].outputs[0].token_ids)
@@ -327,8 +342,7 @@ class VLLMBackend(TokenizerText):
             with self._lock:
                 outs = self.llm.generate(prompts, sp, use_tqdm=False)
         except Exception as exc:
-            raise BackendError(f"vLLM grounding failed on {self.model_id}: "
-                               f"{type(exc).__name__}: {exc}") from exc
+            raise _call_error(exc, "grounding", self.model_id) from exc
         flat = [self._tf_score(o) for o in outs]
         results: list[list[TFScore]] = []
         pos = 0

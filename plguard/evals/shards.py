@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from plguard.errors import BackendDeadError
 from plguard.evals.data import XSTestPrompt
 from plguard.evals.methods import MethodOutput, Methods
 from plguard.evals.scorers import REGEX_SCORERS, SemanticEvaluator, SemanticVerdict
@@ -29,13 +30,16 @@ def run_safely(fn: Callable[[Sequence[T]], Sequence[U]], items: Sequence[T]
                ) -> list[U | BaseException]:
     """``fn(items)``; on an exception, each item on its own, so one bad item fails alone.
 
-    KeyboardInterrupt and SystemExit propagate: the records already written stay.
+    KeyboardInterrupt, SystemExit and a dead backend propagate: the records already
+    written stay, and no remaining example is recorded as failed for a reason of the run's.
     """
     try:
         out = fn(items)
         if len(out) != len(items):
             raise RuntimeError(f"{len(out)} results for {len(items)} inputs")
         return list(out)
+    except BackendDeadError:
+        raise
     except Exception as exc:  # a fault in one example must not lose the others
         if len(items) == 1:
             return [exc]

@@ -139,3 +139,30 @@ def test_run_safely_isolates_the_bad_item():
 
     out = run_safely(fn, [1, 2, 3, 4])
     assert out[:2] == [2, 4] and isinstance(out[2], ValueError) and out[3] == 8
+
+
+def test_run_safely_stops_on_a_dead_backend():
+    from plguard.errors import BackendDeadError
+
+    calls = []
+
+    def fn(xs):
+        calls.append(list(xs))
+        raise BackendDeadError("engine stopped")
+
+    with pytest.raises(BackendDeadError):
+        run_safely(fn, [1, 2, 3])
+    assert calls == [[1, 2, 3]]  # not retried item by item, nothing recorded as failed
+
+
+def test_a_dead_vllm_engine_is_told_apart_from_a_failed_call():
+    from plguard.backends.vllm_backend import _call_error
+    from plguard.errors import BackendDeadError
+
+    class EngineDeadError(Exception):  # the name vLLM raises once its engine is gone
+        pass
+
+    dead = _call_error(EngineDeadError("x"), "generation", "m")
+    assert isinstance(dead, BackendDeadError) and "rerun to resume" in str(dead)
+    other = _call_error(ValueError("bad prompt"), "grounding", "m")
+    assert not isinstance(other, BackendDeadError) and "bad prompt" in str(other)
