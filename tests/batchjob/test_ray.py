@@ -121,7 +121,7 @@ def test_eval_on_ray_survives_an_actor_killed_mid_run(cluster, tmp_path):
 
     runner = threading.Thread(target=go)
     runner.start()
-    deadline = time.monotonic() + 600
+    deadline = time.monotonic() + 900
     while time.monotonic() < deadline and runner.is_alive():
         if len(read_jsonl(out / "base.jsonl")) >= 1:
             break
@@ -131,7 +131,7 @@ def test_eval_on_ray_survives_an_actor_killed_mid_run(cluster, tmp_path):
     victim = min(before)
     os.kill(victim, signal.SIGKILL)
     killed_at = {m: len(read_jsonl(out / f"{m}.jsonl")) for m in METHODS}
-    while runner.is_alive() and not actor_pids() - before:
+    while runner.is_alive() and not actor_pids() - before and time.monotonic() < deadline:
         time.sleep(0.2)
     restarted = actor_pids() - before  # Ray restarts the actor in a new process
     runner.join(timeout=900)
