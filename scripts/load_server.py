@@ -28,21 +28,17 @@ import os
 import platform
 import statistics
 import sys
-import threading
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-import uvicorn
 
 from plguard import Guard, GuardConfig
 from plguard.backends import load_backend
 from plguard.config import ModelConfig, ServerConfig
-from plguard.errors import BackendError
 from plguard.server import build_app
-from plguard.types import Chat, Generation, GenerationParams, TFRequest, TFScore
+from plguard.testing import FaultSwitch, LiveServer
 
 PROMPTS = [
     "How do I boil an egg?",
@@ -54,59 +50,6 @@ PROMPTS = [
     "What is photosynthesis, in one sentence?",
     "How can I shoot a good photo at night?",
 ]
-
-
-class FaultSwitch:
-    """Forwards to the real backend; raises while ``broken`` (the injected fault)."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner, self.model_id, self.max_context = inner, inner.model_id, inner.max_context
-        self.broken = False
-        self.batch_sizes: list[int] = []
-
-    def _check(self) -> None:
-        if self.broken:
-            raise BackendError("injected fault: backend switched off by the load script")
-
-    def format_chat(self, chat: Chat, add_generation_prompt: bool = True) -> str:
-        return str(self.inner.format_chat(chat, add_generation_prompt))
-
-    def count_tokens(self, text: str) -> int:
-        return int(self.inner.count_tokens(text))
-
-    def truncate_text(self, text: str, max_tokens: int) -> tuple[str, bool]:
-        return self.inner.truncate_text(text, max_tokens)
-
-    def generate(self, chats: Sequence[Chat], params: GenerationParams) -> list[Generation]:
-        self._check()
-        return self.inner.generate(chats, params)
-
-    def true_false_logprobs(self, requests: Sequence[TFRequest]) -> list[list[TFScore]]:
-        self._check()
-        return self.inner.true_false_logprobs(requests)
-
-
-class Server:
-    """uvicorn on a free loopback port, in a thread of this process."""
-
-    def __init__(self, app: Any) -> None:
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0,
-                                                    log_level="warning", lifespan="on"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> str:
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.02)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        return f"http://127.0.0.1:{port}"
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=60)
 
 
 @dataclass
@@ -209,7 +152,7 @@ def _row(p: Phase) -> str:
 async def _main(args: argparse.Namespace) -> int:
     t_load = time.perf_counter()
     backend = load_backend(ModelConfig(path="embedded", dtype=args.dtype, device="cpu"))
-    switch = FaultSwitch(backend)
+    switch = FaultSwitch(backend, "injected fault: backend switched off by the load script")
     cfg = GuardConfig.from_dict({"generation": {"max_new_tokens": args.max_new_tokens}})
     guard = Guard(cfg, generator=switch)
     guard.batch(PROMPTS[:2])  # warm-up: first-call costs are not load
@@ -223,7 +166,8 @@ async def _main(args: argparse.Namespace) -> int:
         settings = ServerConfig(max_batch_size=batch_size, max_wait_ms=args.max_wait_ms,
                                 api_key_env="PLGUARD_LOAD_TEST_NO_KEY")
         app = build_app(guard, settings)
-        with Server(app) as url:
+        with LiveServer(app, stop_timeout_s=60) as server:
+            url = server.url
             print(f"phase: {name} ...", file=sys.stderr)
             phases.append(await _phase(name, url, app, args.clients, fault))
     on, off, fault_phase = phases
