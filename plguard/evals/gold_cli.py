@@ -415,17 +415,10 @@ def add_gold_commands(eval_subparsers: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m plguard.evals.gold_cli gold|noise|grounding-vs-gold|gold-mapping ...``."""
-    from plguard.errors import PlguardError
+    """``python -m plguard.evals.gold_cli gold|noise|...``: the same as ``plguard eval ...``."""
+    from plguard.cli import main as plguard_main
 
-    parser = argparse.ArgumentParser(prog="plguard eval")
-    add_gold_commands(parser.add_subparsers(dest="eval_command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except PlguardError as exc:
-        print(f"plguard: error: {exc}", file=sys.stderr)
-        return 2
+    return plguard_main(["eval", *(sys.argv[1:] if argv is None else argv)])
 
 
 __all__ = ["add_gold_commands", "gold_markdown", "main", "mapping_markdown",
