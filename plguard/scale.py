@@ -5,7 +5,7 @@ that a worker turns into a list of JSON records. The caller cuts the shards, so 
 rows meet in the same model batch locally and on Ray, and the outputs agree.
 
 Each actor builds its worker once (one Guard, one model load) from a factory named
-``"module:function"`` and the run's config. Ray Data restarts an actor that dies and
+``"module:function"``, called with the run's config. Ray Data restarts an actor that dies and
 retries its shard (``max_restarts``/``max_task_retries`` default to -1 for actor pools),
 and a shard's records reach the driver only once the shard is done, so the driver, which
 alone writes the output, sees every shard exactly once or not at all: no duplicate and
@@ -116,36 +116,33 @@ def plan(config: GuardConfig, opts: RayOptions, resources: dict[str, float]
 class ShardActor:
     """A Ray Data callable class: builds its worker once, then maps shard payloads."""
 
-    def __init__(self, factory: str, config: dict[str, Any], options: dict[str, Any]) -> None:
-        self.worker: Worker = build_worker(factory, GuardConfig.model_validate(config),
-                                           options)
+    def __init__(self, factory: str, config: dict[str, Any]) -> None:
+        self.worker: Worker = build_worker(factory, GuardConfig.model_validate(config))
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
         """Records (as JSON text) of every shard in a Ray Data batch."""
-        results = [json.dumps(self.worker(json.loads(str(p))), ensure_ascii=False)
-                   for p in batch["payload"]]
-        return {"shard": [int(s) for s in batch["shard"]], "result": results}
+        return {"result": [json.dumps(self.worker(json.loads(str(p))), ensure_ascii=False)
+                           for p in batch["payload"]]}
 
 
-def build_worker(factory: str, config: GuardConfig, options: dict[str, Any]) -> Worker:
-    """``module:function(config, **options)``: the per-process worker of a factory."""
+def build_worker(factory: str, config: GuardConfig) -> Worker:
+    """``module:function(config)``: the per-process worker of a factory."""
     mod, _, name = factory.partition(":")
     fn = getattr(importlib.import_module(mod), name)
-    return fn(config, **options)
+    return fn(config)
 
 
-def run_shards_local(factory: str, config: GuardConfig, options: dict[str, Any],
-                     payloads: Sequence[Any]) -> Iterator[tuple[int, list[dict[str, Any]]]]:
+def run_shards_local(factory: str, config: GuardConfig, payloads: Sequence[Any]
+                     ) -> Iterator[list[dict[str, Any]]]:
     """The same workers in this process, shard by shard (the reference for Ray runs)."""
-    worker = build_worker(factory, config, options)
-    for i, p in enumerate(payloads):
-        yield i, worker(json.loads(json.dumps(p)))
+    worker = build_worker(factory, config)
+    for p in payloads:
+        yield worker(json.loads(json.dumps(p)))
 
 
-def run_shards_ray(factory: str, config: GuardConfig, options: dict[str, Any],
-                   payloads: Sequence[Any], opts: RayOptions
-                   ) -> Iterator[tuple[int, list[dict[str, Any]]]]:
-    """Every shard through an actor pool; yields ``(shard index, records)`` as shards finish.
+def run_shards_ray(factory: str, config: GuardConfig, payloads: Sequence[Any],
+                   opts: RayOptions) -> Iterator[list[dict[str, Any]]]:
+    """Every shard through an actor pool; yields each shard's records as it finishes.
 
     Order is not preserved: results stream back as soon as any actor finishes a shard.
     """
@@ -165,8 +162,7 @@ def run_shards_ray(factory: str, config: GuardConfig, options: dict[str, Any],
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False  # the caller draws one bar over records
     ctx.execution_options.preserve_order = False
-    items = [{"shard": i, "payload": json.dumps(p, ensure_ascii=False)}
-             for i, p in enumerate(payloads)]
+    items = [{"payload": json.dumps(p, ensure_ascii=False)} for p in payloads]
     ds = ray.data.from_items(items, override_num_blocks=len(items))
     kwargs: dict[str, Any] = {"num_cpus": cpus}
     if gpus > 0:
@@ -174,12 +170,11 @@ def run_shards_ray(factory: str, config: GuardConfig, options: dict[str, Any],
     ds = ds.map_batches(
         ShardActor, batch_size=1, compute=ray.data.ActorPoolStrategy(size=workers),
         fn_constructor_kwargs={"factory": factory,
-                               "config": worker_config(config).model_dump(mode="json"),
-                               "options": options},
+                               "config": worker_config(config).model_dump(mode="json")},
         **kwargs)
     try:
         for row in ds.iter_rows():
-            yield int(row["shard"]), list(json.loads(row["result"]))
+            yield list(json.loads(row["result"]))
     except Exception as exc:
         raise BackendError(f"Ray run failed: {_root_cause(exc)} (worker logs: "
                            "/tmp/ray/session_latest/logs on the worker's node)") from exc

@@ -111,12 +111,12 @@ def _guard_rows(config: GuardConfig, todo: list[Row], sink: TraceSink, summary: 
     load_policy(config.policy)  # a policy error surfaces before any model or actor starts
     bs = config.generator.batch_size
     shards = [[dataclasses.asdict(r) for r in todo[i:i + bs]] for i in range(0, len(todo), bs)]
-    results: Iterator[tuple[int, list[dict[str, Any]]]] = (
-        run_shards_ray(FACTORY, config, {}, shards, ray) if ray is not None
-        else run_shards_local(FACTORY, config, {}, shards))
+    results: Iterator[list[dict[str, Any]]] = (
+        run_shards_ray(FACTORY, config, shards, ray) if ray is not None
+        else run_shards_local(FACTORY, config, shards))
     with tqdm(total=len(todo), desc="batch", unit="row", disable=not progress,
               dynamic_ncols=True, file=sys.stderr) as bar:
-        for _, records in results:
+        for records in results:
             for rec in records:
                 sink.append(rec)
                 summary.written += 1

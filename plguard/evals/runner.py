@@ -241,8 +241,7 @@ class XSTestRun:
                 from plguard.scale import run_shards_ray
 
                 payloads = [generate_payload(self.methods, c, pending, drafts) for c in chunks]
-                for _, recs in run_shards_ray(GENERATE_FACTORY, self.config, {}, payloads,
-                                              self.ray):
+                for recs in run_shards_ray(GENERATE_FACTORY, self.config, payloads, self.ray):
                     for rec in recs:
                         emit(str(rec["method"]), rec)
                 return
@@ -279,8 +278,7 @@ class XSTestRun:
 
                 payloads = [[{k: r[k] for k in ("id", "method", "type", "label", "prompt",
                                                 "response")} for r in c] for c in chunks]
-                results = (recs for _, recs in run_shards_ray(
-                    SEMANTIC_FACTORY, self.config, {}, payloads, self.ray))
+                results = run_shards_ray(SEMANTIC_FACTORY, self.config, payloads, self.ray)
             else:
                 ev = SemanticEvaluator(self.evaluator_backend(), batch_size=bs,
                                        max_new_tokens=self.config.eval.evaluator_max_new_tokens)
