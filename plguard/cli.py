@@ -179,6 +179,7 @@ _COMMAND_GROUPS: list[tuple[str, str]] = [
     ("plguard.view.cli", "add_view_commands"),
     ("plguard.evals.tools_cli", "add_tools_commands"),
     ("plguard.batchjob.cli", "add_batch_commands"),
+    ("plguard.modelcheck_cli", "add_model_commands"),
 ]
 
 

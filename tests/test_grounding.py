@@ -79,7 +79,8 @@ def test_prefix_plus_suffix_is_the_full_prompt(grounder, embedded_backend):
                                          "Is the response a refusal?",
                                          PREDICATES[2].question], strict=True):
         user = req.prefix.split("<|im_start|>user\n", 1)[1] + suffix.split("<|im_end|>")[0]
-        chat = (Message("system", grounding.SYSTEM), Message("user", user))
+        system = grounding.SYSTEM.format(pos="True", neg="False")
+        chat = (Message("system", system), Message("user", user))
         assert req.prefix + suffix == embedded_backend.format_chat(chat) + grounding.ANSWER_CUE
         assert f"Question: {q}" in suffix and suffix.endswith("Answer:")
     assert req.prefix.endswith("\n\n")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from plguard import models
+from plguard import gguf, models
 from plguard.errors import ModelError
 
 
@@ -28,7 +28,8 @@ def test_import_plguard_models_does_not_import_torch():
 def test_cache_dir_env_override(tmp_path, monkeypatch):
     monkeypatch.setenv("PLGUARD_CACHE_DIR", str(tmp_path))
     assert models.cache_dir() == tmp_path
-    assert models.embedded_model_dir() == tmp_path / "models" / "smollm2-135m-instruct"
+    assert models.embedded_model_dir().parent == tmp_path / "models"
+    assert models.embedded_model_dir().name.startswith("gguf-")
     monkeypatch.delenv("PLGUARD_CACHE_DIR")
     assert models.cache_dir() == Path.home() / ".cache" / "plguard"
 
@@ -52,7 +53,7 @@ def test_resolve_reuses_converted_folder(embedded_backend, monkeypatch):
     def boom(*_a, **_k):
         raise AssertionError("converted again")
 
-    monkeypatch.setattr(models, "_convert_gguf", boom)
+    monkeypatch.setattr(gguf, "_convert", boom)
     first = models.resolve_model_path("embedded")
     weights = Path(first) / "model.safetensors"
     mtime = weights.stat().st_mtime_ns
@@ -68,7 +69,7 @@ def test_failed_conversion_leaves_nothing_behind(tmp_path, monkeypatch):
         (out / "partial.bin").write_bytes(b"x")
         raise OSError("disk full")
 
-    monkeypatch.setattr(models, "_convert_gguf", broken)
+    monkeypatch.setattr(gguf, "_convert", broken)
     with pytest.raises(ModelError, match="disk full.*PLGUARD_CACHE_DIR"):
         models.ensure_embedded_model()
     parent = tmp_path / "models"
@@ -79,24 +80,26 @@ def test_failed_conversion_leaves_nothing_behind(tmp_path, monkeypatch):
 def test_fresh_conversion_then_reuse(tmp_path, monkeypatch):
     monkeypatch.setenv("PLGUARD_CACHE_DIR", str(tmp_path))
     calls = []
-    real = models._convert_gguf
+    real = gguf._convert
 
     def counting(gguf, out):
         calls.append(out)
         real(gguf, out)
 
-    monkeypatch.setattr(models, "_convert_gguf", counting)
+    monkeypatch.setattr(gguf, "_convert", counting)
     first = models.resolve_model_path("embedded")
     second = models.resolve_model_path("embedded")
-    assert first == second == str(tmp_path / "models" / "smollm2-135m-instruct")
+    name = models.embedded_model_dir().name
+    assert first == second == str(tmp_path / "models" / name)
     assert len(calls) == 1
     names = set(os.listdir(first))
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= names
     cfg = json.loads((Path(first) / "config.json").read_text())
     assert "quantization_config" not in cfg
     # Only the final folder and its lock remain: the temp folder was renamed into place.
-    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == [
-        "smollm2-135m-instruct", "smollm2-135m-instruct.lock"]
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == [name, f"{name}.lock"]
+    marker = json.loads((Path(first) / gguf.DONE_MARKER).read_text())
+    assert marker["architecture"] == "llama" and len(marker["sha256"]) == 64
 
 
 def test_resolve_local_folder_is_itself(tmp_path):
@@ -105,21 +108,22 @@ def test_resolve_local_folder_is_itself(tmp_path):
 
 @pytest.mark.parametrize("path", ["/no/such/model", "./missing-model", "~/nope-model"])
 def test_resolve_missing_path_names_it(path):
-    with pytest.raises(ModelError, match="model folder not found") as exc:
+    with pytest.raises(ModelError, match="model not found") as exc:
         models.resolve_model_path(path)
     assert path in str(exc.value)
 
 
-def test_resolve_file_is_not_a_folder(tmp_path):
+def test_resolve_file_that_is_not_gguf(tmp_path):
     f = tmp_path / "weights.bin"
     f.write_bytes(b"0")
-    with pytest.raises(ModelError, match="not a model folder"):
+    with pytest.raises(ModelError, match="not a GGUF file.*model folder"):
         models.resolve_model_path(str(f))
 
 
 def test_resolve_uncached_hub_id_says_no_download(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(ModelError, match="cannot download") as exc:
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    with pytest.raises(ModelError, match="downloads are off") as exc:
         models.resolve_model_path("plguard-test-org/definitely-not-cached-model")
     assert "local model folder" in str(exc.value)
 

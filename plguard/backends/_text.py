@@ -13,17 +13,28 @@ from typing import Any
 from plguard.errors import ModelError
 from plguard.types import Chat
 
-TRUE_VARIANTS = (" True", "True")
-FALSE_VARIANTS = (" False", "False")
 MARKER = " [...] "
+DEFAULT_ANSWERS: tuple[str, str] = ("True", "False")
+
+
+def spellings(word: str) -> tuple[str, str]:
+    """The spellings of an answer word that are scored: with and without a leading space."""
+    return (f" {word}", word)
 
 
 class TokenizerText:
     """Mixin over ``self.tokenizer``: encode, render chats, count and truncate."""
 
     tokenizer: Any
+    _answer_memo: dict[tuple[str, str], tuple[tuple[int, ...], tuple[int, ...]]]
 
-    def _answer_ids(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    def answer_ids(self, answers: tuple[str, str] = DEFAULT_ANSWERS
+                   ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Token ids of the positive and negative answer's spellings (first pieces)."""
+        memo = self.__dict__.setdefault("_answer_memo", {})
+        if answers in memo:
+            return memo[answers]
+
         def first_ids(words: Sequence[str]) -> tuple[int, ...]:
             ids = []
             for w in words:
@@ -33,12 +44,16 @@ class TokenizerText:
                 ids.append(int(enc[0]))  # a split word is scored on its first piece
             return tuple(dict.fromkeys(ids))
 
-        t, f = first_ids(TRUE_VARIANTS), first_ids(FALSE_VARIANTS)
+        t, f = first_ids(spellings(answers[0])), first_ids(spellings(answers[1]))
         if set(t) & set(f):
-            raise ModelError(f"this tokenizer cannot tell True from False by their first "
-                             f"token (True ids {t}, False ids {f}); use another model for "
-                             "grounding")
+            raise ModelError(f"this tokenizer cannot tell {answers[0]} from {answers[1]} by "
+                             f"their first token ({answers[0]} ids {t}, {answers[1]} ids "
+                             f"{f}); use other answer words or another model for grounding")
+        memo[answers] = (t, f)
         return t, f
+
+    def _answer_ids(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        return self.answer_ids(DEFAULT_ANSWERS)
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` without added special tokens."""

@@ -72,12 +72,15 @@ def _set_threads() -> None:
 class TransformersBackend(TokenizerText):
     """A Hugging Face causal LM that generates and scores True/False continuations."""
 
+    supports_json_schema = False  # GenerationParams.json_schema is ignored: free decoding
+
     def __init__(self, model: Any, tokenizer: Any, *, model_id: str,
                  max_context: int | None = None, batch_size: int = 8,
                  tf_batch_size: int = 32) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.model_id = model_id
+        self.local_path: str | None = None  # the resolved model folder, when loaded from one
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         cfg_ctx = getattr(model.config, "max_position_embeddings", None) or 2048
@@ -124,8 +127,10 @@ class TransformersBackend(TokenizerText):
         tok.padding_side = "left"
         dtype_name = str(tdtype).removeprefix("torch.")
         shown = path if path != "embedded" else "embedded:smollm2-135m-instruct"
-        return cls(model, tok, model_id=f"{shown}:{dtype_name}", max_context=max_context,
-                   batch_size=batch_size)
+        backend = cls(model, tok, model_id=f"{shown}:{dtype_name}", max_context=max_context,
+                      batch_size=batch_size)
+        backend.local_path = local
+        return backend
 
     # -- generation ------------------------------------------------------------------------
 
@@ -225,8 +230,9 @@ class TransformersBackend(TokenizerText):
         prefix, suffixes, truncated = self.request_ids(req)
         if not suffixes:
             return []
+        ids_tf = self.answer_ids(req.answers)
         if not prefix:  # nothing to cache: every question is scored on its own ids
-            return [self._score_ids(s, truncated) for s in suffixes]
+            return [self._score_ids(s, truncated, ids_tf) for s in suffixes]
         n_pre = len(prefix)
         pre = self.model(input_ids=torch.tensor([prefix], device=self.device), use_cache=True)
         base_cache = pre.past_key_values
@@ -252,7 +258,7 @@ class TransformersBackend(TokenizerText):
                              position_ids=pos.to(self.device),
                              past_key_values=_repeat_cache(base_cache, k),
                              use_cache=True, logits_to_keep=1)
-            scores.extend(self._tf_from_logits(out.logits[:, -1], truncated))
+            scores.extend(self._tf_from_logits(out.logits[:, -1], truncated, ids_tf))
         return scores
 
     def true_false_logprobs_naive(self, requests: Sequence[TFRequest]
@@ -264,21 +270,24 @@ class TransformersBackend(TokenizerText):
             out = []
             for req in requests:
                 prefix, suffixes, truncated = self.request_ids(req)
-                out.append([self._score_ids(prefix + s, truncated) for s in suffixes])
+                ids_tf = self.answer_ids(req.answers)
+                out.append([self._score_ids(prefix + s, truncated, ids_tf) for s in suffixes])
         return out
 
-    def _score_ids(self, ids: list[int], truncated: bool) -> TFScore:
+    def _score_ids(self, ids: list[int], truncated: bool,
+                   ids_tf: tuple[tuple[int, ...], tuple[int, ...]]) -> TFScore:
         import torch
 
         res = self.model(input_ids=torch.tensor([ids], device=self.device), logits_to_keep=1)
-        return self._tf_from_logits(res.logits[:, -1], truncated)[0]
+        return self._tf_from_logits(res.logits[:, -1], truncated, ids_tf)[0]
 
-    def _tf_from_logits(self, logits: torch.Tensor, truncated: bool) -> list[TFScore]:
+    def _tf_from_logits(self, logits: torch.Tensor, truncated: bool,
+                        ids_tf: tuple[tuple[int, ...], tuple[int, ...]]) -> list[TFScore]:
         import torch
 
         lp = torch.log_softmax(logits.float(), dim=-1)
-        lt = torch.logsumexp(lp[:, list(self.true_ids)], dim=-1).tolist()
-        lf = torch.logsumexp(lp[:, list(self.false_ids)], dim=-1).tolist()
+        lt = torch.logsumexp(lp[:, list(ids_tf[0])], dim=-1).tolist()
+        lf = torch.logsumexp(lp[:, list(ids_tf[1])], dim=-1).tolist()
         return [TFScore(logprob_true=_finite(a), logprob_false=_finite(b), truncated=truncated)
                 for a, b in zip(lt, lf, strict=True)]
 

@@ -191,12 +191,15 @@ def _logsumexp(xs: Sequence[float]) -> float:
 class VLLMBackend(TokenizerText):
     """A model served by an in-process vLLM engine (``vllm.LLM``)."""
 
+    supports_json_schema = True  # GenerationParams.json_schema constrains decoding
+
     def __init__(self, llm: Any, tokenizer: Any, *, model_id: str, max_context: int,
                  eos_ids: Sequence[int] = (), lock: threading.Lock | None = None) -> None:
         self.llm = llm
         self._lock = lock or threading.Lock()
         self.tokenizer = tokenizer
         self.model_id = model_id
+        self.local_path: str | None = None  # the resolved model folder
         self.max_context = int(max_context)
         self.true_ids, self.false_ids = self._answer_ids()
         self.eos_ids = set(eos_ids)
@@ -241,8 +244,10 @@ class VLLMBackend(TokenizerText):
         llm = get_engine(key)
         max_len = int(llm.llm_engine.model_config.max_model_len)
         shown = cfg.path if cfg.path != "embedded" else "embedded:smollm2-135m-instruct"
-        return cls(llm, tok, model_id=f"{shown}:{dtype}:vllm", max_context=max_len,
-                   eos_ids=_generation_eos(local), lock=_CALL_LOCKS[key])
+        backend = cls(llm, tok, model_id=f"{shown}:{dtype}:vllm", max_context=max_len,
+                      eos_ids=_generation_eos(local), lock=_CALL_LOCKS[key])
+        backend.local_path = local
+        return backend
 
     # -- generation ------------------------------------------------------------------------
 
@@ -270,10 +275,15 @@ class VLLMBackend(TokenizerText):
             else:
                 fit.append(i)
         sample = params.temperature > 0
+        extra: dict[str, Any] = {}
+        if params.json_schema is not None:
+            from vllm.sampling_params import StructuredOutputsParams
+
+            extra["structured_outputs"] = StructuredOutputsParams(json=params.json_schema)
         sp = SamplingParams(
             n=1, max_tokens=max_new, temperature=params.temperature if sample else 0.0,
             top_p=params.top_p if sample else 1.0, seed=params.seed if sample else None,
-            detokenize=False)
+            detokenize=False, **extra)
         outs: dict[int, Any] = {}
         try:
             with self._lock:
@@ -326,14 +336,17 @@ class VLLMBackend(TokenizerText):
         from vllm.inputs import TokensPrompt
 
         prompts: list[Any] = []
-        shape: list[tuple[int, bool]] = []
+        shape: list[tuple[int, bool, tuple[tuple[int, ...], tuple[int, ...]]]] = []
+        wanted: dict[int, None] = {}
         for req in requests:
             prefix, suffixes, truncated = self.request_ids(req)
-            shape.append((len(suffixes), truncated))
+            ids_tf = self.answer_ids(req.answers)
+            wanted.update(dict.fromkeys(ids_tf[0] + ids_tf[1]))
+            shape.append((len(suffixes), truncated, ids_tf))
             prompts.extend(TokensPrompt(prompt_token_ids=prefix + s) for s in suffixes)
         if not prompts:
             return [[] for _ in requests]
-        ids = list(self.true_ids + self.false_ids)
+        ids = list(wanted)
         # logprob_token_ids returns those tokens' full-vocabulary log-probabilities;
         # vLLM requires logprobs == len(ids) when both are given.
         sp = SamplingParams(max_tokens=1, temperature=0.0, logprobs=len(ids),
@@ -343,20 +356,20 @@ class VLLMBackend(TokenizerText):
                 outs = self.llm.generate(prompts, sp, use_tqdm=False)
         except Exception as exc:
             raise _call_error(exc, "grounding", self.model_id) from exc
-        flat = [self._tf_score(o) for o in outs]
         results: list[list[TFScore]] = []
         pos = 0
-        for n, truncated in shape:
-            results.append([TFScore(s.logprob_true, s.logprob_false, truncated)
-                            for s in flat[pos:pos + n]])
+        for n, truncated, ids_tf in shape:
+            results.append([self._tf_score(o, ids_tf, truncated)
+                            for o in outs[pos:pos + n]])
             pos += n
         return results
 
-    def _tf_score(self, out: Any) -> TFScore:
+    def _tf_score(self, out: Any, ids_tf: tuple[tuple[int, ...], tuple[int, ...]],
+                  truncated: bool) -> TFScore:
         lp = out.outputs[0].logprobs[0]
-        lt = _logsumexp([lp[i].logprob for i in self.true_ids])
-        lf = _logsumexp([lp[i].logprob for i in self.false_ids])
-        return TFScore(logprob_true=_finite(lt), logprob_false=_finite(lf))
+        lt = _logsumexp([lp[i].logprob for i in ids_tf[0]])
+        lf = _logsumexp([lp[i].logprob for i in ids_tf[1]])
+        return TFScore(logprob_true=_finite(lt), logprob_false=_finite(lf), truncated=truncated)
 
 
 def _generation_eos(local: str) -> list[int]:

@@ -8,6 +8,7 @@ optionally, ``cases.yaml`` (expected outcomes). Every problem becomes a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +16,11 @@ from plguard.errors import PolicyError, did_you_mean
 from plguard.policy._syntax import Program, atoms, is_identifier, parse_program
 from plguard.policy._yaml import LocDict, LocList, load_yaml, pos_of
 from plguard.policy.core import Policy
-from plguard.types import PredicateSpec
+from plguard.types import Example, PredicateSpec
 
 REQUIRED_FILES = ("policy.md", "predicates.yaml", "policy.pl")
 SCOPES = ("request", "response")
-_FIELDS = ("name", "scope", "question", "description", "paraphrases", "prior")
+_FIELDS = ("name", "scope", "question", "description", "paraphrases", "prior", "examples")
 
 
 def bundle_dirs() -> list[Path]:
@@ -180,10 +181,46 @@ def _predicate(entry: LocDict, file: str) -> tuple[PredicateSpec, float | None]:
     if prior is not None and (isinstance(prior, bool) or not isinstance(prior, int | float)
                               or not 0.0 <= float(prior) <= 1.0):
         raise err(f"prior of '{name}' must be a number in [0, 1], got {prior!r}", "prior", name)
+    examples = _examples(entry, name, scope, err)
     spec = PredicateSpec(name=name, scope=scope, question=question.strip(),
                          description=" ".join(description.split()),
-                         paraphrases=tuple(x.strip() for x in paraphrases))
+                         paraphrases=tuple(x.strip() for x in paraphrases),
+                         examples=examples)
     return spec, None if prior is None else float(prior)
+
+
+def _examples(entry: LocDict, name: str, scope: str,
+              err: Callable[..., PolicyError]) -> tuple[Example, ...]:
+    """A predicate's worked examples: request (and response, for response scope) + answer."""
+    raw = entry.get("examples", []) or []
+    if not isinstance(raw, list):
+        raise err(f"examples of '{name}' must be a list of mappings with request, "
+                  "answer (true/false) and, for response scope, response", "examples", name)
+    keys = ("request", "response", "answer")
+    out = []
+    for i, ex in enumerate(raw):
+        where = f"example {i + 1} of '{name}'"
+        if not isinstance(ex, dict):
+            raise err(f"{where} must be a mapping with {', '.join(keys)}", "examples", name)
+        unknown = [k for k in ex if k not in keys]
+        if unknown:
+            raise err(f"{where}: unknown field '{unknown[0]}'"
+                      f"{did_you_mean(str(unknown[0]), keys)}", "examples", name)
+        req, resp, ans = ex.get("request"), ex.get("response"), ex.get("answer")
+        if not isinstance(req, str) or not req.strip():
+            raise err(f"{where} needs a non-empty 'request'", "examples", name)
+        if not isinstance(ans, bool):
+            raise err(f"{where} needs 'answer: true' or 'answer: false', got {ans!r}",
+                      "examples", name)
+        if scope == "response" and (not isinstance(resp, str) or not resp.strip()):
+            raise err(f"{where} needs a non-empty 'response' (the predicate has response "
+                      "scope)", "examples", name)
+        if scope == "request" and resp is not None:
+            raise err(f"{where} has a 'response' but the predicate has request scope (its "
+                      "question sees the request only)", "examples", name)
+        out.append(Example(request=req.strip(), answer=ans,
+                           response=resp.strip() if isinstance(resp, str) else None))
+    return tuple(out)
 
 
 def validate_program(program: Program, predicates: tuple[PredicateSpec, ...], file: str) -> None:

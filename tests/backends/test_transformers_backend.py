@@ -167,7 +167,7 @@ def test_resolve_dtype():
 
 
 def test_load_errors_are_model_errors(tmp_path):
-    with pytest.raises(ModelError, match="model folder not found"):
+    with pytest.raises(ModelError, match="model not found"):
         TransformersBackend.load("/no/such/folder")
     with pytest.raises(ModelError, match="cannot load model"):
         TransformersBackend.load(str(tmp_path))

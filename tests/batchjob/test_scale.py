@@ -45,14 +45,14 @@ def test_root_cause_finds_the_worker_error_in_ray_wrappers():
 
     remote = ("The actor died because of an error raised in its creation task\n"
               "Traceback (most recent call last):\n  File \"x.py\", line 1\n"
-              "plguard.errors.ModelError: model folder not found: /m")
+              "plguard.errors.ModelError: model not found: /m")
     try:
         try:
             raise ActorDiedError(remote)
         except ActorDiedError as inner:
             raise RuntimeError("") from inner
     except RuntimeError as outer:
-        assert _root_cause(outer) == "ModelError: model folder not found: /m"
+        assert _root_cause(outer) == "ModelError: model not found: /m"
 
     class RayTaskError(Exception):
         def __init__(self, cause):

@@ -1,0 +1,146 @@
+"""Calibration files: per-predicate Platt scaling and fitted thresholds, for one model.
+
+A grounding model's raw P(True) is rarely a probability (a 1.5B model's sits near 0.5 for
+plain cases), and rules multiply them. A calibration maps each predicate's raw P(True)
+through ``sigmoid(a * logit(p) + b)`` fitted on labelled data, and may carry the two
+decision thresholds fitted on the same data.
+
+It is a property of (model weights, grounding template, policy bundle): the file records
+all three and :func:`load_calibration` refuses to apply it to anything else, because the
+same numbers on another model would be silently wrong. Files are written by
+``plguard calibrate`` (:mod:`plguard.evals.quality.fit`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from plguard.errors import ConfigError
+
+FORMAT = "plguard-calibration/2"
+LEGACY_FORMAT = "plguard-calibration/1"
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """A loaded calibration file."""
+
+    path: str
+    digest: str  # sha256 of the file's bytes, first 12 hex digits: names it in traces
+    predicates: Mapping[str, tuple[float, float]]
+    model_sha256: str | None = None
+    model_id: str | None = None
+    template_version: str | None = None
+    policy_id: str | None = None
+    thresholds: Mapping[str, float] = field(default_factory=dict)
+    question_digests: Mapping[str, str] = field(default_factory=dict)
+    legacy: bool = False
+
+    @property
+    def label(self) -> str:
+        """How traces and manifests name this calibration."""
+        return f"{Path(self.path).name}@{self.digest}"
+
+
+def platt(p: float, a: float, b: float) -> float:
+    """Platt scaling on the logit scale: ``sigmoid(a * logit(p) + b)``."""
+    q = min(max(p, 1e-12), 1 - 1e-12)
+    z = a * (math.log(q) - math.log1p(-q)) + b
+    return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
+
+
+def load_calibration(path: str | Path) -> Calibration:
+    """Read and check a calibration file (not yet its fit to a model: :func:`check_applies`)."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+        data: Any = json.loads(raw)
+    except OSError as exc:
+        raise ConfigError(f"grounding.calibration: cannot read {p}: {exc}") from None
+    except ValueError as exc:
+        raise ConfigError(f"grounding.calibration: {p} is not JSON: {exc}") from None
+    preds = data.get("predicates") if isinstance(data, Mapping) else None
+    if not isinstance(preds, Mapping):
+        raise ConfigError(f"grounding.calibration: {p} has no 'predicates' mapping; write it "
+                          "with `plguard calibrate`")
+    params: dict[str, tuple[float, float]] = {}
+    digests: dict[str, str] = {}
+    for name, v in preds.items():
+        try:
+            a, b = float(v["a"]), float(v["b"])
+        except (KeyError, TypeError, ValueError):
+            raise ConfigError(f"grounding.calibration: {p}: predicate {name!r} needs numeric "
+                              "'a' and 'b'") from None
+        if not (math.isfinite(a) and math.isfinite(b)):
+            raise ConfigError(f"grounding.calibration: {p}: predicate {name!r} has a "
+                              "non-finite parameter")
+        params[str(name)] = (a, b)
+        if isinstance(v.get("question_sha256"), str):
+            digests[str(name)] = v["question_sha256"]
+    fmt = data.get("format", LEGACY_FORMAT)
+    model = data.get("model")
+    model = model if isinstance(model, Mapping) else {"model_id": model}
+    thresholds: dict[str, float] = {}
+    for k, v in (data.get("thresholds") or {}).items():
+        if k in ("unsafe", "over_refusal") and isinstance(v, int | float) and 0 <= v <= 1:
+            thresholds[k] = float(v)
+    return Calibration(
+        path=str(p), digest=hashlib.sha256(raw).hexdigest()[:12], predicates=params,
+        model_sha256=model.get("sha256"), model_id=model.get("model_id"),
+        template_version=data.get("template_version"),
+        policy_id=data.get("policy") if isinstance(data.get("policy"), str) else None,
+        thresholds=thresholds, question_digests=digests, legacy=fmt != FORMAT)
+
+
+def check_applies(cal: Calibration, *, model_sha256: str | None, model_id: str,
+                  template_version: str, policy_name: str | None,
+                  question_digests: Mapping[str, str]) -> None:
+    """Refuse a calibration fitted for another model, grounding template or policy.
+
+    The model is compared by content hash where both sides have one, else by model id
+    (its path part: the same weights in another dtype or backend are the same model).
+    Each calibrated predicate must be asked the same way (``question_digests``: the hash of
+    its question, paraphrases and examples) as when it was fitted. A legacy (format 1)
+    file names only the model and is checked on that alone.
+    """
+    where = f"grounding.calibration: {cal.path}"
+    if cal.model_sha256 and model_sha256:
+        if cal.model_sha256 != model_sha256:
+            raise ConfigError(f"{where} was fitted for another model (sha256 "
+                              f"{cal.model_sha256[:12]}..., this one {model_sha256[:12]}...); "
+                              "fit one for this model with `plguard calibrate`")
+    elif cal.model_id and _bare(cal.model_id) != _bare(model_id):
+        raise ConfigError(f"{where} was fitted for model '{cal.model_id}', not "
+                          f"'{model_id}'; fit one for this model with `plguard calibrate`")
+    if cal.legacy:
+        return
+    if cal.template_version != template_version:
+        raise ConfigError(f"{where} was fitted with grounding template "
+                          f"{cal.template_version!r}, this run uses {template_version!r} "
+                          "(answer words or prompt text differ); refit it")
+    if policy_name and cal.policy_id and _policy_name(cal.policy_id) != policy_name:
+        raise ConfigError(f"{where} was fitted for policy {_policy_name(cal.policy_id)}, this "
+                          f"run uses {policy_name}; use or fit the file for this policy")
+    changed = sorted(n for n, d in cal.question_digests.items()
+                     if n in question_digests and question_digests[n] != d)
+    if changed:
+        raise ConfigError(f"{where}: the question of {', '.join(changed[:4])} changed since "
+                          "the calibration was fitted; refit it")
+
+
+def _bare(model_id: str) -> str:
+    # "path:dtype[:backend]": the same weights in another dtype or backend are the same model.
+    return model_id.split(":")[0]
+
+
+def _policy_name(policy_id: str) -> str:
+    return policy_id.split("@")[0]
+
+
+__all__ = ["FORMAT", "Calibration", "check_applies", "load_calibration", "platt"]
