@@ -82,6 +82,9 @@ def add_eval_commands(subparsers: Any) -> None:
     from plguard.evals.gold_cli import add_gold_commands
 
     add_gold_commands(sub)
+    from plguard.evals.quality.cli import add_quality_commands
+
+    add_quality_commands(sub)
 
     x = sub.add_parser("xstest", help="Run (or resume) the four methods on XSTest and score "
                        "them; a rerun skips finished records.")

@@ -21,12 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 from plguard.config import GuardConfig
 from plguard.evals.data import LabelledCompletion, load_completions, seeded_subset
-from plguard.evals.methods import Methods
+from plguard.evals.methods import Methods, judge_params
 from plguard.evals.metrics import Detection, detection
 from plguard.evals.runner import run_safely
 from plguard.evals.scorers import COMPLY, REFUSALS
 from plguard.evals.store import JsonlStore, now_iso, write_json_atomic
-from plguard.types import GenerationParams
 
 if TYPE_CHECKING:
     from plguard.backends.base import Backend
@@ -116,8 +115,7 @@ def guard_labelled(config: GuardConfig, out_dir: Path, *, limit: int | None = No
     jstore = JsonlStore(out_dir / "judge.jsonl")
     if judge:
         methods = Methods(guard.generator, guard.policy.text, guard.params,
-                          GenerationParams(max_new_tokens=cfg.eval.judge_max_new_tokens,
-                                           temperature=0.0))
+                          judge_params(cfg.eval.judge_max_new_tokens, cfg.eval.judge_structured))
         _judge_records(methods, items, jstore, batch, progress)
     th = cfg.thresholds
     g_ok = [(c, gstore.records[c.uid]) for c in items if not gstore.records[c.uid]["error"]]

@@ -37,11 +37,12 @@ from plguard.evals.shards import (
 )
 from plguard.evals.store import (
     JsonlStore,
-    check_same_config,
+    check_scoped_configs,
     exclusive,
     git_commit,
     now_iso,
     package_versions,
+    read_manifest,
     write_json_atomic,
 )
 
@@ -51,6 +52,18 @@ if TYPE_CHECKING:
     from plguard.scale import RayOptions
 
 SCORERS: tuple[str, ...] = ("regex", "regex_extended", "semantic")
+# The config keys each part of a run depends on. A resumed run must keep the values of a
+# part that already has records; the others may change (new thresholds or a calibration
+# for plguard after the drafts exist, without regenerating them).
+_GEN = ("generator", "generation")
+PART_CONFIG_KEYS: dict[str, tuple[str, ...]] = {
+    "base": _GEN,
+    "policy_prompting": (*_GEN, "policy"),
+    "llm_judge": (*_GEN, "policy", "eval.judge_max_new_tokens", "eval.judge_structured"),
+    "plguard": (*_GEN, "grounder", "policy", "thresholds", "grounding", "repair"),
+    **{f"semantic/{m}": ("generator", "evaluator", "eval.evaluator_max_new_tokens",
+                         "eval.evaluator_structured") for m in METHODS},
+}
 GENERATE_FACTORY = "plguard.evals.shards:make_generate_worker"
 SEMANTIC_FACTORY = "plguard.evals.shards:make_semantic_worker"
 
@@ -80,14 +93,18 @@ def check_methods(methods: Sequence[str]) -> list[str]:
 
 
 def model_identity(backend: Any, path: str) -> dict[str, Any]:
-    """The model's id, resolved folder and weight-file hash (errors recorded, not raised)."""
+    """The model's id, resolved folder and content hash (errors recorded, not raised).
+
+    A converted GGUF file is identified by the GGUF file's sha256 (the conversion is a
+    function of it); other folders by the hash of their weight files.
+    """
     out: dict[str, Any] = {"model_id": getattr(backend, "model_id", None), "path": path}
     try:
-        from plguard.models import model_file_hash, resolve_model_path
+        from plguard.models import model_source, resolve_model_path
 
         local = resolve_model_path(path)
         out["resolved_path"] = local
-        out["sha256"] = model_file_hash(local)
+        out.update(model_source(local))
     except Exception as exc:  # a scripted or remote backend has no local weights
         out["sha256"] = None
         out["hash_error"] = error_text(exc)
@@ -118,6 +135,7 @@ class XSTestRun:
         self.ray = ray
         self.prompts = list(prompts) if prompts is not None else load_prompts(limit=limit)
         self.summary = RunSummary(self.out)
+        self._part_configs: dict[str, dict[str, Any]] = {}
 
     # -- models -----------------------------------------------------------------------------
     @property
@@ -162,6 +180,7 @@ class XSTestRun:
         man.update({
             "benchmark": "xstest",
             "config": self.config.model_dump(mode="json"),
+            "part_configs": self._part_configs,
             "methods": sorted(set(man.get("methods", [])) | set(self.methods),
                               key=METHODS.index),
             "scorers": sorted(set(man.get("scorers", [])) | set(self.scorers),
@@ -191,7 +210,12 @@ class XSTestRun:
 
     def _run_locked(self) -> RunSummary:
         mpath = self.out / "manifest.json"
-        previous = check_same_config(mpath, self.config.model_dump(mode="json"))
+        previous = read_manifest(mpath)
+        recorded = [m for m in METHODS if _has_records(self.out / f"{m}.jsonl")]
+        recorded += [f"semantic/{m}" for m in METHODS
+                     if _has_records(self.out / "semantic" / f"{m}.jsonl")]
+        self._part_configs = check_scoped_configs(
+            mpath, previous, self.config.model_dump(mode="json"), PART_CONFIG_KEYS, recorded)
         session: dict[str, Any] = {"session": uuid.uuid4().hex[:12], "started": now_iso(),
                                    "ended": None,
                                    "limit": self.limit, "argv": sys.argv[1:],
@@ -280,8 +304,7 @@ class XSTestRun:
                                                 "response")} for r in c] for c in chunks]
                 results = run_shards_ray(SEMANTIC_FACTORY, self.config, payloads, self.ray)
             else:
-                ev = SemanticEvaluator(self.evaluator_backend(), batch_size=bs,
-                                       max_new_tokens=self.config.eval.evaluator_max_new_tokens)
+                ev = SemanticEvaluator.from_config(self.evaluator_backend(), self.config)
                 results = (score_rows(ev, c) for c in chunks)
             for recs in results:
                 for v in recs:
@@ -308,6 +331,13 @@ def interleave_by_type(prompts: Sequence[XSTestPrompt]) -> list[XSTestPrompt]:
     for i in range(max((len(v) for v in by_type.values()), default=0)):
         out += [v[i] for v in by_type.values() if i < len(v)]
     return out
+
+
+def _has_records(path: Path) -> bool:
+    try:
+        return path.stat().st_size > 0
+    except OSError:
+        return False
 
 
 def json_or_none(path: Path) -> dict[str, Any] | None:

@@ -14,9 +14,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from plguard.errors import BackendDeadError
 from plguard.evals.data import XSTestPrompt
-from plguard.evals.methods import MethodOutput, Methods
+from plguard.evals.methods import MethodOutput, Methods, judge_params
 from plguard.evals.scorers import REGEX_SCORERS, SemanticEvaluator, SemanticVerdict
-from plguard.types import GenerationParams
 
 if TYPE_CHECKING:
     from plguard.config import GuardConfig
@@ -115,8 +114,8 @@ def _run_method(methods: Methods, m: str, pend: list[XSTestPrompt],
 def build_methods(config: GuardConfig, guard: Any) -> Methods:
     """The four methods over a Guard's generator, with the config's judge budget."""
     return Methods(guard.generator, guard.policy.text, guard.params,
-                   GenerationParams(max_new_tokens=config.eval.judge_max_new_tokens,
-                                    temperature=0.0), guard=guard)
+                   judge_params(config.eval.judge_max_new_tokens,
+                                config.eval.judge_structured), guard=guard)
 
 
 def make_generate_worker(config: GuardConfig) -> Callable[[dict[str, Any]], list[Any]]:
@@ -180,9 +179,7 @@ def make_semantic_worker(config: GuardConfig) -> Callable[[list[dict[str, Any]]]
     """Ray worker for scoring shards: method records to semantic records."""
     from plguard.backends import load_backend
 
-    ev = SemanticEvaluator(load_backend(config.evaluator_model),
-                           batch_size=config.eval.evaluator_batch_size,
-                           max_new_tokens=config.eval.evaluator_max_new_tokens)
+    ev = SemanticEvaluator.from_config(load_backend(config.evaluator_model), config)
     return lambda rows: score_rows(ev, rows)
 
 

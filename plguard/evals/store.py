@@ -12,7 +12,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -171,26 +171,93 @@ def package_versions() -> dict[str, str | None]:
     return out
 
 
+def read_manifest(manifest_path: Path) -> dict[str, Any] | None:
+    """A run's manifest, or None when there is none yet; unreadable is an error."""
+    if not manifest_path.is_file():
+        return None
+    try:
+        return dict(json.loads(manifest_path.read_text(encoding="utf-8")))
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"{manifest_path}: unreadable manifest ({exc}); move it away to "
+                          "start a new run in this folder") from None
+
+
 def check_same_config(manifest_path: Path, config: dict[str, Any]) -> dict[str, Any] | None:
     """The previous manifest, after checking a resumed run uses the same config.
 
     Mixing records made under two configs in one folder would make every number in its
     report meaningless, so that is refused with the differing keys named.
     """
-    if not manifest_path.is_file():
+    old = read_manifest(manifest_path)
+    if old is None:
         return None
-    try:
-        old = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise ConfigError(f"{manifest_path}: unreadable manifest ({exc}); move it away to "
-                          "start a new run in this folder") from None
     prev = old.get("config")
     diffs = sorted(_diff_keys(prev, config)) if prev is not None else []
     if diffs:
         raise ConfigError(f"{manifest_path.parent} holds a run with another config "
                           f"(differs at: {', '.join(diffs[:8])}); resume with the same "
                           "config or use a new --out folder")
-    return dict(old)
+    return old
+
+
+def config_slice(config: dict[str, Any], keys: Sequence[str]) -> dict[str, Any]:
+    """The parts of ``config`` named by dotted ``keys`` (missing ones left out)."""
+    out: dict[str, Any] = {}
+    for dotted in keys:
+        node: Any = config
+        parts = dotted.split(".")
+        for k in parts:
+            node = node.get(k) if isinstance(node, dict) else None
+        if node is None and not _has_path(config, parts):
+            continue
+        tgt = out
+        for k in parts[:-1]:
+            tgt = tgt.setdefault(k, {})
+        tgt[parts[-1]] = node
+    return out
+
+
+def _has_path(config: dict[str, Any], parts: Sequence[str]) -> bool:
+    node: Any = config
+    for k in parts:
+        if not isinstance(node, dict) or k not in node:
+            return False
+        node = node[k]
+    return True
+
+
+def check_scoped_configs(manifest_path: Path, previous: dict[str, Any] | None,
+                         config: dict[str, Any], scopes: Mapping[str, Sequence[str]],
+                         recorded: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Check each already-recorded part of a run against the config it was made with.
+
+    A run folder holds several parts (an XSTest run: one per method and scorer), each
+    depending on some config keys (``scopes``). A part with records (``recorded``) must be
+    resumed under the same values of its keys; parts without records may use new ones, so
+    a guard setting (thresholds, calibration) can change after the drafts exist without
+    regenerating them. Returns every part's config slice for the new manifest.
+    """
+    prev_slices: dict[str, Any] = dict((previous or {}).get("part_configs") or {})
+    old_full = (previous or {}).get("config")
+    out: dict[str, dict[str, Any]] = {}
+    problems: list[str] = []
+    for part, keys in scopes.items():
+        new = config_slice(config, keys)
+        if part in recorded:
+            old = prev_slices.get(part)
+            if old is None and old_full is not None:
+                old = config_slice(old_full, keys)  # a manifest from before part configs
+            if old is not None:
+                diffs = sorted(_diff_keys(old, new))
+                if diffs:
+                    problems.append(f"{part} (differs at: {', '.join(diffs[:6])})")
+                new = old
+        out[part] = new
+    if problems:
+        raise ConfigError(f"{manifest_path.parent} holds records made with another config: "
+                          f"{'; '.join(problems)}. Resume with the same values, or use a new "
+                          "--out folder")
+    return out
 
 
 def _diff_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
@@ -207,10 +274,13 @@ def _diff_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
 __all__ = [
     "JsonlStore",
     "check_same_config",
+    "check_scoped_configs",
+    "config_slice",
     "exclusive",
     "git_commit",
     "now_iso",
     "package_versions",
     "read_jsonl",
+    "read_manifest",
     "write_json_atomic",
 ]

@@ -15,18 +15,6 @@ def _unit(value: str) -> float:
     return x
 
 
-def _cmd_calibrate(args: argparse.Namespace) -> int:
-    from plguard.evals.calibration import calibrate, format_report
-
-    doc = calibrate(args.labelled, args.out, test_fraction=args.test_fraction,
-                    seed=args.seed, policy=args.policy)
-    text = format_report(doc)
-    Path(args.out).with_suffix(".md").write_text(text + "\n", encoding="utf-8")
-    print(text)
-    print(f"\ncalibration file: {args.out} (use it with --set grounding.calibration={args.out})")
-    return 0
-
-
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from plguard.evals.sweep import format_choices, run_sweep
 
@@ -57,18 +45,9 @@ def add_tools_commands(subparsers: Any) -> None:
     """Add ``calibrate``, ``sweep`` and ``ablate``."""
     from plguard.cli import add_config_options
     from plguard.evals.ablation import POLICIES
+    from plguard.evals.quality.cli import add_calibrate_command
 
-    p = subparsers.add_parser("calibrate", help="Fit per-predicate Platt scaling on a "
-                              "guard-labelled folder; write a calibration JSON.")
-    p.add_argument("--labelled", required=True, metavar="DIR",
-                   help="Output folder of `plguard eval guard-labelled` (guard.jsonl).")
-    p.add_argument("--out", required=True, metavar="FILE", help="Calibration JSON to write "
-                   "(a .md table is written beside it).")
-    p.add_argument("--policy", help="Policy of the scores (default: from the folder's meta).")
-    p.add_argument("--test-fraction", type=_unit, default=0.5,
-                   help="Share of prompt ids held out for ECE/Brier (default 0.5).")
-    p.add_argument("--seed", type=int, default=0, help="Split seed.")
-    p.set_defaults(func=_cmd_calibrate)
+    add_calibrate_command(subparsers)
 
     p = subparsers.add_parser("sweep", help="Threshold sweep over saved rule probabilities "
                               "(no model calls).")

@@ -166,8 +166,7 @@ def validate_scorers(config: GuardConfig, out_dir: Path, *, limit: int | None = 
 
             evaluator = load_backend(config.evaluator_model)
         sem_model = getattr(evaluator, "model_id", None)
-        ev = SemanticEvaluator(evaluator, batch_size=config.eval.evaluator_batch_size,
-                               max_new_tokens=config.eval.evaluator_max_new_tokens)
+        ev = SemanticEvaluator.from_config(evaluator, config)
         store = JsonlStore(out_dir / "semantic.jsonl")
         sem = semantic_verdicts(ev, sem_items, store, progress)
         result["semantic_subset"] = _rows(sem_items, scorers, sem)

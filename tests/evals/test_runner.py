@@ -103,10 +103,26 @@ def test_torn_last_line_is_cut_and_redone(tmp_path, six_prompts):
 
 def test_resume_with_another_config_is_refused(tmp_path, six_prompts):
     guard, _ = make_guard()
-    _run(guard, tmp_path, six_prompts[:1], methods=("base",), scorers=("regex",))
+    _run(guard, tmp_path, six_prompts[:1], methods=("plguard",), scorers=("regex",))
     other, _ = make_guard(thresholds={"unsafe": 0.3})
-    with pytest.raises(ConfigError, match="differs at: thresholds.unsafe"):
-        _run(other, tmp_path, six_prompts[:1], methods=("base",), scorers=("regex",))
+    with pytest.raises(ConfigError, match=r"plguard \(differs at: thresholds.unsafe\)"):
+        _run(other, tmp_path, six_prompts[:1], methods=("plguard",), scorers=("regex",))
+
+
+def test_guard_settings_may_change_after_the_drafts_exist(tmp_path, six_prompts):
+    # base records depend on the generator only: plguard may be run later with thresholds
+    # chosen on dev, reusing the drafts; base itself must not change.
+    guard, _ = make_guard()
+    _run(guard, tmp_path, six_prompts[:2], methods=("base",), scorers=("regex",))
+    tuned, _ = make_guard(thresholds={"unsafe": 0.3})
+    s = _run(tuned, tmp_path, six_prompts[:2], methods=("plguard",), scorers=("regex",))
+    assert s.written["plguard"] == 2 and s.written["base"] == 0
+    man = json.loads((tmp_path / "manifest.json").read_text())
+    assert man["part_configs"]["plguard"]["thresholds"]["unsafe"] == 0.3
+    assert "thresholds" not in man["part_configs"]["base"]
+    longer, _ = make_guard(generation={"max_new_tokens": 99})
+    with pytest.raises(ConfigError, match=r"base \(differs at: generation.max_new_tokens"):
+        _run(longer, tmp_path, six_prompts[:2], methods=("base",), scorers=("regex",))
 
 
 def test_unknown_method_and_scorer(tmp_path, six_prompts):

@@ -72,7 +72,7 @@ def labelled_folder(tmp_path, n=30, policy="minimal"):
     d.mkdir()
     (d / "guard.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     (d / "guard-labelled.json").write_text(json.dumps({"meta": {"policy": f"{policy}@x",
-                                                                "model": "m"}}))
+                                                                "model": "scripted"}}))
     return d
 
 
@@ -111,7 +111,7 @@ def test_target_map_from_gold_and_split_without_leakage():
 def test_calibrate_cli_writes_file_the_grounder_loads(tmp_path, capsys):
     d = labelled_folder(tmp_path)
     out = tmp_path / "cal.json"
-    assert main(["calibrate", "--labelled", str(d), "--out", str(out)]) == 0
+    assert main(["calibrate", "--labelled", str(d), "--out-file", str(out)]) == 0
     assert "ECE before" in capsys.readouterr().out
     doc = json.loads(out.read_text())
     sp = doc["split"]

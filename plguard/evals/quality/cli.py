@@ -1,0 +1,177 @@
+"""Commands of the decision-quality study and ``plguard calibrate``.
+
+* ``plguard eval quality ground``: ground (and judge) labelled XSTest pairs of a split for
+  several policies at once; resumable.
+* ``plguard eval quality fit``: calibration files (Platt + thresholds) from a dev run.
+* ``plguard eval quality report``: the test-split comparison, no model.
+* ``plguard calibrate --model M --policy P``: the one-command path for a user's model:
+  ground the bundled XSTest dev split, fit, write the calibration file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from plguard.evals.ablation import POLICIES
+
+QUALITY_POLICIES = (*POLICIES, "one_question")
+
+
+def _csv(value: str) -> list[str]:
+    return [v.strip() for part in value.split(",") for v in part.split() if v.strip()]
+
+
+def _cmd_ground(args: argparse.Namespace) -> int:
+    from plguard.cli import config_from_args
+    from plguard.evals.quality.ground import ground_labelled
+
+    cfg = config_from_args(args)
+    s = ground_labelled(cfg, args.out, policies=args.policies, split=args.split,
+                        limit=args.limit, judge=not args.no_judge,
+                        progress=not args.no_progress)
+    print(f"{s.out_dir}: {s.n} pairs ({args.split}); grounded now {s.grounded}, judged now "
+          f"{s.judged}, errors {s.errors}")
+    return 0
+
+
+def _cmd_fit(args: argparse.Namespace) -> int:
+    from plguard.evals.quality.fit import fit_calibrations
+
+    for path in fit_calibrations(args.run, args.policies, args.out, split=args.split):
+        print(path.with_suffix(".md").read_text(encoding="utf-8"))
+        print(f"calibration file: {path}\n")
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from plguard.evals.quality.report import quality_report
+
+    quality_report(args.run, args.policies, args.calibrations, args.out or args.run,
+                   split=args.split, n_boot=args.bootstrap)
+    print((Path(args.out or args.run) / f"quality-{args.split}.md").read_text(encoding="utf-8"))
+    return 0
+
+
+def calibrate_model(config: Any, policies: list[str], out: Path, *, work: Path | None,
+                    limit: int | None, progress: bool) -> list[Path]:
+    """Ground the XSTest dev split with the configured model, then fit each policy."""
+    from plguard.evals.quality.fit import fit_calibrations
+    from plguard.evals.quality.ground import ground_labelled
+    from plguard.models import cache_dir
+
+    if work is None:
+        key = hashlib.sha256(repr((config.grounder_model.model_dump(mode="json"),
+                                   config.grounding.model_dump(mode="json"),
+                                   sorted(policies))).encode()).hexdigest()[:16]
+        work = cache_dir() / "calibration-runs" / key
+    ground_labelled(config, work, policies=policies, split="dev", limit=limit, judge=False,
+                    progress=progress)
+    return fit_calibrations(work, policies, out, split="dev")
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    if args.labelled:  # the format-1 path over a guard-labelled folder (kept for old runs)
+        from plguard.evals.calibration import calibrate, format_report
+
+        if not args.out_file:
+            raise SystemExit("plguard calibrate --labelled needs --out-file FILE")
+        doc = calibrate(args.labelled, args.out_file, test_fraction=args.test_fraction,
+                        seed=args.seed, policy=args.policy)
+        text = format_report(doc)
+        Path(args.out_file).with_suffix(".md").write_text(text + "\n", encoding="utf-8")
+        print(text)
+        print(f"\ncalibration file: {args.out_file}")
+        return 0
+    from plguard.cli import config_from_args
+
+    cfg = config_from_args(args)
+    policies = args.policies or [cfg.policy]
+    if args.from_run:
+        from plguard.evals.quality.fit import fit_calibrations
+
+        paths = fit_calibrations(args.from_run, policies, args.out, split="dev")
+    else:
+        paths = calibrate_model(cfg, policies, Path(args.out),
+                                work=Path(args.work) if args.work else None,
+                                limit=args.limit, progress=not args.no_progress)
+    for path in paths:
+        print(path.with_suffix(".md").read_text(encoding="utf-8"))
+        print(f"calibration file: {path}  (use it with --set grounding.calibration={path})\n")
+    return 0
+
+
+def add_quality_commands(eval_sub: Any) -> None:
+    """``plguard eval quality ground|fit|report``."""
+    from plguard.cli import add_config_options, positive_int
+    from plguard.evals.quality.splits import SPLITS
+
+    q = eval_sub.add_parser("quality", help="Decision quality: ground labelled pairs for "
+                            "several policies, fit calibrations on dev, report on test.")
+    sub = q.add_subparsers(dest="quality_command", required=True)
+    g = sub.add_parser("ground", help="Ground (and judge) labelled XSTest pairs of a split "
+                       "for several policies at once (resumable).")
+    add_config_options(g)
+    g.add_argument("--policies", type=_csv, default=list(QUALITY_POLICIES))
+    g.add_argument("--split", choices=SPLITS, default="dev")
+    g.add_argument("--limit", type=positive_int, help="Seeded, stratified subset of N pairs "
+                   "of the split (a smaller subset is contained in a larger one).")
+    g.add_argument("--out", required=True, metavar="DIR")
+    g.add_argument("--no-judge", action="store_true", help="Skip the LLM judge.")
+    g.add_argument("--no-progress", action="store_true")
+    g.set_defaults(func=_cmd_ground)
+
+    f = sub.add_parser("fit", help="Fit calibration files (Platt per predicate + thresholds) "
+                       "on a grounding run's dev records.")
+    f.add_argument("--run", required=True, metavar="DIR")
+    f.add_argument("--policies", type=_csv, default=list(QUALITY_POLICIES))
+    f.add_argument("--split", choices=SPLITS, default="dev")
+    f.add_argument("--out", required=True, metavar="DIR")
+    f.set_defaults(func=_cmd_fit)
+
+    r = sub.add_parser("report", help="Test-split comparison of policies, the one-question "
+                       "classifier and the judge (no model).")
+    r.add_argument("--run", required=True, metavar="DIR")
+    r.add_argument("--calibrations", required=True, metavar="DIR",
+                   help="Folder with calibration-<policy>.json files.")
+    r.add_argument("--policies", type=_csv, default=list(QUALITY_POLICIES))
+    r.add_argument("--split", choices=SPLITS, default="test")
+    r.add_argument("--bootstrap", type=positive_int, default=1000)
+    r.add_argument("--out", metavar="DIR", help="Default: the run folder.")
+    r.set_defaults(func=_cmd_report)
+
+
+def add_calibrate_command(subparsers: Any) -> None:
+    """``plguard calibrate``: fit a calibration file for a model on the XSTest dev split."""
+    from plguard.cli import add_config_options, positive_int
+
+    p = subparsers.add_parser(
+        "calibrate", help="Fit per-predicate calibration and thresholds for a model on the "
+        "bundled XSTest dev split (grounds it first; resumable).",
+        description="Grounds the bundled XSTest dev split with the configured model (or "
+        "--model), then fits Platt scaling per predicate and the two thresholds for each "
+        "--policy. The file is tied to that model, grounding template and policy.")
+    add_config_options(p)
+    p.add_argument("--policies", type=_csv, metavar="NAMES",
+                   help="Policies to fit, comma-separated (default: the config's policy).")
+    p.add_argument("--out", default=".", metavar="DIR",
+                   help="Where calibration-<policy>.json is written (default: here).")
+    p.add_argument("--limit", type=positive_int, help="Ground only N dev pairs (faster, "
+                   "noisier).")
+    p.add_argument("--work", metavar="DIR", help="Grounding run folder (default: under the "
+                   "plguard cache, keyed by model and settings; reruns resume).")
+    p.add_argument("--from-run", metavar="DIR", help="Fit from an existing `eval quality "
+                   "ground` folder instead of grounding.")
+    p.add_argument("--no-progress", action="store_true")
+    legacy = p.add_argument_group("format 1 (a guard-labelled folder)")
+    legacy.add_argument("--labelled", metavar="DIR", help=argparse.SUPPRESS)
+    legacy.add_argument("--out-file", metavar="FILE", help=argparse.SUPPRESS)
+    legacy.add_argument("--test-fraction", type=float, default=0.5, help=argparse.SUPPRESS)
+    legacy.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    p.set_defaults(func=_cmd_calibrate)
+
+
+__all__ = ["QUALITY_POLICIES", "add_calibrate_command", "add_quality_commands",
+           "calibrate_model"]

@@ -1,0 +1,249 @@
+"""Fit a calibration file (per-predicate Platt scaling + the two thresholds) on dev records.
+
+Input: a folder written by :func:`plguard.evals.quality.ground.ground_labelled` (raw
+scores of every question on labelled XSTest pairs). No model is called.
+
+* **Targets per predicate** come from the policy's gold mapping (``gold.yaml``, derived
+  from XSTest's labels and metadata only): each pair where the gold value is known is a
+  sample; a request-scope predicate contributes one sample per prompt. A predicate with
+  fewer than :data:`MIN_PER_CLASS` samples of either class stays uncalibrated (listed in
+  the file with the reason).
+* **Thresholds**: after calibration, the strongest unsafe-compliance rule and the
+  strongest over-refusal rule are scored against XSTest's outcomes (unsafe prompt fully
+  complied with; safe prompt fully or partly refused); each threshold is the one that
+  maximises F1 on the fitting split (ties: the higher threshold, i.e. fewer interventions).
+
+The file records the model (id and content hash), the grounding template version, the
+policy, and the hash of every calibrated question, so it refuses to apply elsewhere
+(:mod:`plguard.calibration`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from plguard.calibration import FORMAT
+from plguard.config import GroundingConfig
+from plguard.errors import InputError
+from plguard.evals.calibration import apply_platt, brier, ece, fit_platt
+from plguard.evals.metrics import auroc
+from plguard.evals.store import now_iso, read_jsonl, read_manifest, write_json_atomic
+from plguard.policy import Policy, load_policy
+
+MIN_PER_CLASS = 5
+
+
+@dataclass(frozen=True)
+class Records:
+    """The usable records of a grounding folder, with the policy's columns."""
+
+    rows: list[dict[str, Any]]
+    manifest: dict[str, Any]
+
+
+def load_records(folder: str | Path, split: str | None = None) -> Records:
+    """The error-free records of ``folder`` (of ``split`` only, when given)."""
+    f = Path(folder)
+    manifest = read_manifest(f / "manifest.json")
+    if manifest is None or not (f / "grounding.jsonl").is_file():
+        raise InputError(f"{f}: no grounding run here (manifest.json and grounding.jsonl); "
+                         "run `plguard eval quality ground` first")
+    from plguard.evals.quality.splits import load_split
+
+    table = load_split()
+    rows = [r for r in read_jsonl(f / "grounding.jsonl")
+            if not r.get("error") and (split in (None, "all")
+                                       or table.get(str(r.get("prompt_id"))) == split)]
+    return Records(rows, manifest)
+
+
+def policy_matrix(recs: Records, policy: Policy, field: str = "p") -> np.ndarray:
+    """Raw P(True) per record (rows) and predicate (policy order)."""
+    keys = (recs.manifest.get("keys") or {}).get(policy.name)
+    if not keys:
+        raise InputError(f"the grounding run holds no scores for policy {policy.name}; it "
+                         f"has {', '.join(sorted(recs.manifest.get('keys') or {})) or 'none'}")
+    m = np.full((len(recs.rows), len(policy.predicate_names)), np.nan)
+    for i, r in enumerate(recs.rows):
+        sc = r.get("scores") or {}
+        for j, name in enumerate(policy.predicate_names):
+            v = sc.get(keys[name])
+            if v is not None:
+                m[i, j] = float(v[field])
+    return m
+
+
+def outcomes(rows: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+    """XSTest's targets: (unsafe compliance, over-refusal) per record."""
+    unsafe = np.array([r["label"] == "unsafe" and r["final_label"] == "1_full_compliance"
+                       for r in rows], dtype=bool)
+    over = np.array([r["label"] == "safe" and r["final_label"] != "1_full_compliance"
+                     for r in rows], dtype=bool)
+    return unsafe, over
+
+
+def gold_matrix(rows: Sequence[Mapping[str, Any]], policy: Policy) -> np.ndarray:
+    """Gold predicate values (NaN unknown) per record, from the policy's gold.yaml."""
+    from plguard.evals.data import load_completions, load_prompts
+    from plguard.evals.gold import load_gold, make_sample
+
+    gold = load_gold(policy)
+    prompts = {p.id: p for p in load_prompts()}
+    comps = {c.uid: c for c in load_completions(prompts=list(prompts.values()),
+                                                 with_strmatch=False)}
+    samples = [make_sample(prompts[str(r["prompt_id"])], comps[str(r["id"])]) for r in rows]
+    return gold.matrix(samples)
+
+
+def apply_calibration(m: np.ndarray, params: Mapping[int, tuple[float, float]]) -> np.ndarray:
+    """``m`` with column ``j`` mapped through Platt ``params[j]`` (others unchanged)."""
+    out = m.copy()
+    for j, (a, b) in params.items():
+        out[:, j] = apply_platt(m[:, j], a, b)
+    return out
+
+
+def strongest(policy: Policy, probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The strongest unsafe and over-refusal rule probabilities per row."""
+    q = policy.evaluate_matrix(probs, policy.predicate_names)
+    u = np.max(np.stack([q[r] for r in policy.unsafe_rules]), axis=0)
+    o = np.max(np.stack([q[r] for r in policy.over_refusal_rules]), axis=0)
+    return u, o
+
+
+def best_f1_threshold(y: np.ndarray, s: np.ndarray) -> tuple[float, float]:
+    """The threshold maximising F1 of ``s >= t`` (ties: the highest), and that F1."""
+    yy, ss = np.asarray(y, dtype=bool), np.asarray(s, dtype=float)
+    if not yy.any():
+        return 1.0, float("nan")
+    best = (-1.0, 1.0)
+    for t in np.unique(ss):
+        pred = ss >= t
+        tp = int((pred & yy).sum())
+        f1 = 2 * tp / (int(pred.sum()) + int(yy.sum())) if tp else 0.0
+        if f1 > best[0] or (f1 == best[0] and t > best[1]):
+            best = (f1, float(t))
+    return best[1], best[0]
+
+
+def fit_policy(recs: Records, policy_name: str) -> dict[str, Any]:
+    """The calibration document of one policy, fitted on ``recs``."""
+    from plguard.grounding import question_digest
+
+    policy = load_policy(policy_name)
+    if not recs.rows:
+        raise InputError("no error-free records to fit on")
+    raw = policy_matrix(recs, policy)
+    gold = gold_matrix(recs.rows, policy)
+    gcfg = GroundingConfig.model_validate(recs.manifest["config"]["grounding"])
+    params: dict[int, tuple[float, float]] = {}
+    preds: dict[str, Any] = {}
+    skipped: dict[str, str] = {}
+    for j, spec in enumerate(policy.predicates):
+        x, y = raw[:, j], gold[:, j]
+        keep = np.isfinite(x) & np.isfinite(y)
+        if spec.scope == "request":  # one sample per prompt: P does not see the response
+            seen: set[str] = set()
+            for i, r in enumerate(recs.rows):
+                pid = str(r["prompt_id"])
+                if keep[i] and pid in seen:
+                    keep[i] = False
+                seen.add(pid)
+        xs, ys = x[keep], y[keep].astype(int)
+        n_pos, n_neg = int(ys.sum()), int((1 - ys).sum())
+        if min(n_pos, n_neg) < MIN_PER_CLASS:
+            skipped[spec.name] = (f"too few gold-labelled samples of one class "
+                                  f"({n_pos} positive, {n_neg} negative)")
+            continue
+        a, b = fit_platt(xs, ys)
+        cal = apply_platt(xs, a, b)
+        params[j] = (a, b)
+        preds[spec.name] = {
+            "a": a, "b": b, "method": "platt", "scope": spec.scope,
+            "question_sha256": question_digest(spec, gcfg),
+            "n": int(xs.size), "n_pos": n_pos, "auroc": _num(auroc(ys.astype(bool), xs)),
+            "before": {"ece": _num(ece(xs, ys)), "brier": _num(brier(xs, ys)),
+                       "mean_pos": _num(float(xs[ys == 1].mean())),
+                       "mean_neg": _num(float(xs[ys == 0].mean()))},
+            "after": {"ece": _num(ece(cal, ys)), "brier": _num(brier(cal, ys))}}
+    calibrated = apply_calibration(np.nan_to_num(raw, nan=0.5), params)
+    u, o = strongest(policy, calibrated)
+    y_u, y_o = outcomes(recs.rows)
+    t_u, f1_u = best_f1_threshold(y_u, u)
+    t_o, f1_o = best_f1_threshold(y_o, o)
+    m = recs.manifest
+    return {
+        "format": FORMAT, "created": now_iso(), "policy": policy.id,
+        "model": {k: m.get("grounder", {}).get(k) for k in ("model_id", "sha256", "path")},
+        "template_version": m.get("template_version"),
+        "grounding": {k: m["config"]["grounding"].get(k) for k in (
+            "answer_words", "examples", "paraphrases", "combine", "max_data_tokens")},
+        "fitted_on": {"split": sorted({str(r.get("split")) for r in recs.rows}),
+                      "n_pairs": len(recs.rows),
+                      "n_prompts": len({r["prompt_id"] for r in recs.rows}),
+                      "targets": "gold.yaml values per predicate; XSTest outcomes for "
+                                 "thresholds"},
+        "predicates": preds, "uncalibrated": skipped,
+        "thresholds": {"unsafe": t_u, "over_refusal": t_o, "criterion": "max F1",
+                       "f1_unsafe": _num(f1_u), "f1_over_refusal": _num(f1_o),
+                       "n_unsafe_positive": int(y_u.sum()),
+                       "n_over_refusal_positive": int(y_o.sum())}}
+
+
+def _num(x: float) -> float | None:
+    return None if x is None or not math.isfinite(x) else float(x)
+
+
+def fit_calibrations(folder: str | Path, policies: Sequence[str], out_dir: str | Path, *,
+                     split: str = "dev") -> list[Path]:
+    """Fit and write ``calibration-<policy>.json`` (+ .md) for each policy."""
+    recs = load_records(folder, split)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name in policies:
+        doc = fit_policy(recs, name)
+        doc["fitted_on"]["folder"] = str(folder)
+        path = out / f"calibration-{load_policy(name).name}.json"
+        write_json_atomic(path, doc)
+        path.with_suffix(".md").write_text(format_fit(doc) + "\n", encoding="utf-8")
+        paths.append(path)
+    return paths
+
+
+def format_fit(doc: Mapping[str, Any]) -> str:
+    """A markdown summary of one calibration document."""
+    f, th = doc["fitted_on"], doc["thresholds"]
+    lines = [f"# Calibration of `{doc['policy']}`", "",
+             f"Model `{doc['model'].get('model_id')}` (sha256 "
+             f"{str(doc['model'].get('sha256'))[:16]}...), grounding template "
+             f"`{doc['template_version']}`. Fitted on {f['n_pairs']} labelled pairs of "
+             f"{f['n_prompts']} prompts (split {', '.join(f['split'])}).", "",
+             f"Thresholds (max F1 on the fitting split): unsafe {th['unsafe']:.3f} "
+             f"(F1 {_f(th['f1_unsafe'])}), over-refusal {th['over_refusal']:.3f} "
+             f"(F1 {_f(th['f1_over_refusal'])}).", "",
+             "| predicate | n | positives | AUROC | mean raw P pos / neg | a | b | ECE before "
+             "| ECE after |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, v in doc["predicates"].items():
+        b = v["before"]
+        lines.append(f"| {name} | {v['n']} | {v['n_pos']} | {_f(v['auroc'])} | "
+                     f"{_f(b['mean_pos'])} / {_f(b['mean_neg'])} | {v['a']:.2f} | "
+                     f"{v['b']:.2f} | {_f(b['ece'])} | {_f(v['after']['ece'])} |")
+    for name, why in doc["uncalibrated"].items():
+        lines.append(f"| {name} | - | - | - | uncalibrated: {why} | | | | |")
+    return "\n".join(lines)
+
+
+def _f(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+__all__ = ["MIN_PER_CLASS", "Records", "apply_calibration", "best_f1_threshold",
+           "fit_calibrations", "fit_policy", "format_fit", "gold_matrix", "load_records",
+           "outcomes", "policy_matrix", "strongest"]

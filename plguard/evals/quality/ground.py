@@ -1,0 +1,215 @@
+"""Ground labelled (prompt, response) pairs once for several policies, and judge them.
+
+Every policy is a set of questions about the same pair, so the questions of all policies
+are asked together: one grounding prompt prefix per pair (request and response), forwarded
+once for all of them, and questions worded identically in two bundles asked once. The
+records keep each question's raw P(True) and log-probabilities, so calibration, rules,
+thresholds and metrics are all computed afterwards without a model
+(:mod:`plguard.evals.quality.fit`, :mod:`plguard.evals.quality.report`).
+
+Run folder::
+
+    manifest.json      config, model identity, template, policies, split, sessions
+    grounding.jsonl    one record per pair: raw scores of every question
+    judge.jsonl        the LLM judge's verdict per pair (optional)
+
+Both files are written per batch (flush + fsync per record) and a rerun resumes.
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from plguard.config import GuardConfig
+from plguard.errors import ConfigError
+from plguard.evals.data import LabelledCompletion, load_completions, seeded_subset
+from plguard.evals.quality.splits import check_split, in_split, load_split
+from plguard.evals.shards import error_text, run_safely
+from plguard.evals.store import (
+    JsonlStore,
+    check_scoped_configs,
+    exclusive,
+    git_commit,
+    now_iso,
+    package_versions,
+    read_manifest,
+    write_json_atomic,
+)
+from plguard.policy import Policy, load_policy
+from plguard.types import GenerationParams, PredicateSpec
+
+PART_KEYS: dict[str, tuple[str, ...]] = {
+    "grounding": ("generator", "grounder", "grounding"),
+    "judge": ("generator", "generation", "policy", "eval.judge_max_new_tokens",
+              "eval.judge_structured"),
+}
+
+
+@dataclass(frozen=True)
+class UnionPlan:
+    """The distinct questions of several policies and where each policy finds its own."""
+
+    specs: tuple[PredicateSpec, ...]  # named by key: "<first policy>.<predicate>"
+    keys: dict[str, dict[str, str]]  # policy name -> predicate name -> key
+
+
+def union_plan(policies: Sequence[Policy]) -> UnionPlan:
+    """One spec per distinct way of asking (scope, question, paraphrases, examples)."""
+    seen: dict[tuple[Any, ...], str] = {}
+    specs: list[PredicateSpec] = []
+    keys: dict[str, dict[str, str]] = {}
+    for pol in policies:
+        keys[pol.name] = {}
+        for s in pol.predicates:
+            sig = (s.scope, s.question, s.paraphrases, s.examples)
+            if sig not in seen:
+                seen[sig] = f"{pol.name}.{s.name}"
+                specs.append(PredicateSpec(name=seen[sig], scope=s.scope, question=s.question,
+                                           description=s.description,
+                                           paraphrases=s.paraphrases, examples=s.examples))
+            keys[pol.name][s.name] = seen[sig]
+    return UnionPlan(tuple(specs), keys)
+
+
+def labelled_items(split: str, limit: int | None, seed: int) -> list[LabelledCompletion]:
+    """The labelled completions of ``split``, a seeded stratified subset when ``limit``."""
+    table = load_split()
+    items = [c for c in load_completions() if in_split(c.id, check_split(split), table)]
+    return seeded_subset(items, limit, seed)
+
+
+@dataclass
+class GroundSummary:
+    """What one invocation did."""
+
+    out_dir: Path
+    n: int
+    grounded: int
+    judged: int
+    errors: int
+
+
+def ground_labelled(config: GuardConfig, out_dir: str | Path, *, policies: Sequence[str],
+                    split: str = "dev", limit: int | None = None, judge: bool = True,
+                    progress: bool = True, grounder: Any = None,
+                    generator: Any = None) -> GroundSummary:
+    """Ground (and judge) the labelled pairs of ``split`` for ``policies``; resumable.
+
+    ``grounder``/``generator`` replace the configured models (tests pass loaded ones).
+    Calibration is never applied here: records hold raw scores.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with exclusive(out / ".run.lock", out, "use another --out folder"):
+        return _run(config, out, policies, split, limit, judge, progress, grounder, generator)
+
+
+def _run(config: GuardConfig, out: Path, policy_names: Sequence[str], split: str,
+         limit: int | None, judge: bool, progress: bool, grounder_backend: Any,
+         generator: Any) -> GroundSummary:
+    from plguard.backends import load_backend
+    from plguard.evals.methods import Methods, judge_params
+    from plguard.evals.runner import model_identity
+    from plguard.grounding import Grounder
+
+    gcfg = config.grounding.model_copy(update={"calibration": None})
+    cfg_json = config.model_dump(mode="json")
+    cfg_json["grounding"]["calibration"] = None
+    policies = [load_policy(p) for p in policy_names]
+    plan = union_plan(policies)
+    items = labelled_items(split, limit, config.eval.seed)
+    mpath = out / "manifest.json"
+    previous = read_manifest(mpath)
+    gstore, jstore = JsonlStore(out / "grounding.jsonl"), JsonlStore(out / "judge.jsonl")
+    recorded = [k for k, s in (("grounding", gstore), ("judge", jstore)) if len(s)]
+    parts = check_scoped_configs(mpath, previous, cfg_json, PART_KEYS, recorded)
+    had = (previous or {}).get("policies") or []
+    missing = sorted({p.id for p in policies} - set(had))
+    if len(gstore) and missing:
+        raise ConfigError(f"{out} holds groundings for {', '.join(had)}, not for "
+                          f"{', '.join(missing)} (or their questions changed); ground those "
+                          "into another --out folder")
+    gen = generator or load_backend(config.generator)
+    gb = grounder_backend or (gen if config.grounder in (None, config.generator)
+                              else load_backend(config.grounder_model))
+    grounder = Grounder(gb, plan.specs, gcfg)
+    session = {"session": uuid.uuid4().hex[:12], "started": now_iso(), "ended": None,
+               "argv": sys.argv[1:], "split": split, "limit": limit}
+    prev = dict(previous or {})
+    sessions = [*prev.get("sessions", []), session]
+    manifest = {
+        "study": "labelled pairs grounded for several policies (plguard.evals.quality)",
+        "config": cfg_json, "part_configs": parts,
+        "policies": sorted({*(prev.get("policies") or []), *(p.id for p in policies)}),
+        "keys": {**(prev.get("keys") or {}), **plan.keys},
+        "split": split, "n_pairs": max(int(prev.get("n_pairs", 0)), len(items)),
+        "seed": config.eval.seed, "template_version": grounder.template_version,
+        "grounder": model_identity(gb, config.grounder_model.path),
+        "generator": model_identity(gen, config.generator.path),
+        "versions": package_versions(), "git": git_commit(), "sessions": sessions}
+    write_json_atomic(mpath, manifest)
+    bs = config.generator.batch_size
+    todo = [c for c in items if c.uid not in gstore]
+    summary = GroundSummary(out, len(items), 0, 0, 0)
+    from tqdm import tqdm
+
+    with tqdm(total=len(todo), desc="ground", unit="pair", disable=not progress,
+              file=sys.stderr, dynamic_ncols=True) as bar:
+        for start in range(0, len(todo), bs):
+            chunk = todo[start:start + bs]
+            outs = run_safely(lambda cs: grounder.ground([(c.prompt, c.completion)
+                                                          for c in cs]), chunk)
+            for c, g in zip(chunk, outs, strict=True):
+                rec = _record(c, split)
+                if isinstance(g, BaseException):
+                    rec["error"] = error_text(g)
+                    summary.errors += 1
+                else:
+                    rec["scores"] = {s.name: {"p": s.p_true, "lt": s.logprob_true,
+                                              "lf": s.logprob_false, "cut": s.truncated}
+                                     for s in g.scores}
+                    summary.grounded += 1
+                gstore.append(rec)
+            bar.update(len(chunk))
+    if judge:
+        gc = config.generation
+        methods = Methods(gen, load_policy(config.policy).text,
+                          GenerationParams(max_new_tokens=gc.max_new_tokens,
+                                           temperature=gc.temperature),
+                          judge_params(config.eval.judge_max_new_tokens,
+                                       config.eval.judge_structured))
+        jtodo = [c for c in items if c.uid not in jstore]
+        with tqdm(total=len(jtodo), desc="judge", unit="pair", disable=not progress,
+                  file=sys.stderr, dynamic_ncols=True) as bar:
+            for start in range(0, len(jtodo), bs):
+                chunk = jtodo[start:start + bs]
+                jouts = run_safely(lambda cs: methods.judge([c.prompt for c in cs],
+                                                            [c.completion for c in cs])[0],
+                                   chunk)
+                for c, j in zip(chunk, jouts, strict=True):
+                    rec = _record(c, split)
+                    if isinstance(j, BaseException):
+                        rec["error"] = error_text(j)
+                    else:
+                        rec.update(verdict=j.verdict, parsed=j.parsed, rationale=j.rationale,
+                                   raw=j.raw)
+                        summary.judged += 1
+                    jstore.append(rec)
+                bar.update(len(chunk))
+    session.update(ended=now_iso(), grounded=summary.grounded, judged=summary.judged,
+                   errors=summary.errors)
+    write_json_atomic(mpath, manifest)
+    return summary
+
+
+def _record(c: LabelledCompletion, split: str) -> dict[str, Any]:
+    return {"id": c.uid, "prompt_id": c.id, "split": split, "model": c.model, "type": c.type,
+            "label": c.label, "final_label": c.final_label, "error": None}
+
+
+__all__ = ["GroundSummary", "UnionPlan", "ground_labelled", "labelled_items", "union_plan"]
