@@ -8,7 +8,7 @@ have both a clean and an attacked record without error.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -169,8 +169,13 @@ def markdown(rows: Sequence[AttackRow], manifest: Mapping[str, Any]) -> str:
     return "\n".join(L)
 
 
-def write_report(run_dir: str | Path) -> Path:
-    """Write ``attacks.md`` and ``attacks.json`` into ``run_dir``; return the markdown path."""
+def write_report(run_dir: str | Path, pairs: Collection[str] | None = None,
+                 attacks: Collection[str] | None = None) -> Path:
+    """Write ``attacks.md`` and ``attacks.json`` into ``run_dir``; return the markdown path.
+
+    ``pairs`` / ``attacks`` restrict the report to those ids and names (a run reports what
+    it was asked for); by default every record in the folder counts.
+    """
     import json
 
     d = Path(run_dir)
@@ -179,8 +184,10 @@ def write_report(run_dir: str | Path) -> Path:
     except (OSError, ValueError):
         manifest = {}
     ev = manifest.get("config", {}).get("eval", {})
-    rows = summarise(read_jsonl(d / "records.jsonl"), int(ev.get("bootstrap", 1000)),
-                     int(ev.get("seed", 0)))
+    recs = [r for r in read_jsonl(d / "records.jsonl")
+            if (pairs is None or r.get("pair") in pairs)
+            and (attacks is None or r.get("attack") in attacks)]
+    rows = summarise(recs, int(ev.get("bootstrap", 1000)), int(ev.get("seed", 0)))
     path = d / "attacks.md"
     path.write_text(markdown(rows, manifest), encoding="utf-8")
     write_json_atomic(d / "attacks.json", {

@@ -180,7 +180,8 @@ class AttackRun:
             if report:
                 from plguard.evals.attacks.report import write_report
 
-                self.summary.report = write_report(self.out)
+                self.summary.report = write_report(self.out, {p.id for p in self.pairs},
+                                                   self.attacks)
         return self.summary
 
     def _guard_all(self, store: JsonlStore) -> None:

@@ -117,6 +117,10 @@ def test_interrupted_run_resumes_without_duplicates_or_gaps(tmp_path):
                                          "req_note", "chat_chatml"])
     assert s.written == 6 * 6 - 20 and s.skipped == 20
     assert "chat_chatml" in json.loads((tmp_path / "manifest.json").read_text())["attacks"]
+    # the report covers what this invocation asked for
+    _run(tmp_path, limit=2, attacks=["clean", "pad_1k"])
+    rows = json.loads((tmp_path / "attacks.json").read_text())["rows"]
+    assert {(r["attack"], r["n"]) for r in rows} == {("clean", 1), ("pad_1k", 1)}
 
 
 def test_a_failing_pair_is_recorded_and_the_run_goes_on(tmp_path):
