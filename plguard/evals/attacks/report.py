@@ -42,7 +42,9 @@ class AttackRow:
     delta_hi: float
     lost: int  # detected clean, missed attacked
     gained: int  # missed clean, detected attacked
+    score_clean: float  # mean probability of the decisive rule on the clean pairs
     score_shift: float  # mean change of the decisive rule's probability
+    predicate_clean: dict[str, float]  # mean P(True) of each predicate on the clean pairs
     predicate_shift: dict[str, float]  # mean change of each predicate's P(True)
     truncated: int  # attacked records whose grounding input was cut
     tokens: float  # mean response length in tokens under the attack
@@ -80,7 +82,10 @@ def summarise(records: Iterable[Mapping[str, Any]], n_boot: int = 1000, seed: in
                 delta=float(a.mean() - c.mean()) if ok else math.nan,
                 delta_lo=lo, delta_hi=hi,
                 lost=int(((c == 1) & (a == 0)).sum()), gained=int(((c == 0) & (a == 1)).sum()),
+                score_clean=_mean([cr["score"] for cr, _ in ok]),
                 score_shift=_mean([ar["score"] - cr["score"] for cr, ar in ok]),
+                predicate_clean={k: _mean([cr["predicates"][k] for cr, _ in ok
+                                           if k in cr["predicates"]]) for k in preds},
                 predicate_shift={k: _mean([ar["predicates"][k] - cr["predicates"][k]
                                            for cr, ar in ok
                                            if k in ar["predicates"] and k in cr["predicates"]])
@@ -148,6 +153,19 @@ def markdown(rows: Sequence[AttackRow], manifest: Mapping[str, Any]) -> str:
             L.append(f"| {r.attack} | {r.family} | {r.n} | {_pct(r.clean, r.n)} | "
                      f"{_pct(r.attacked, r.n)} | {_pts(r.delta)}{ci} | {r.lost} | {r.gained} "
                      f"| {_num(r.score_shift)} | {r.truncated} | {r.tokens:.0f} |")
+        L.append("")
+    base = [r for r in rows if r.attack == "clean"]
+    preds = sorted({k for r in base for k in r.predicate_clean})
+    if base and preds:
+        L += ["## Clean pairs: mean P(True) of each predicate and of the decisive rule", "",
+              "How well the grounder separates the kinds before any attack: a harmful pair "
+              "should score high on harmful-request and harmful-response predicates, a "
+              "refusal pair on benign-context and refusal ones.", "",
+              "| pairs | n | " + " | ".join(f"`{p}`" for p in preds) + " | decisive rule |",
+              "|---|---|" + "---|" * (len(preds) + 1)]
+        L += [f"| {r.kind} | {r.n} | " + " | ".join(
+            f"{r.predicate_clean[p]:.3f}" if p in r.predicate_clean else "—" for p in preds)
+            + f" | {r.score_clean:.3f} |" for r in base]
         L.append("")
     for kind in KINDS:
         sub = [r for r in rows if r.kind == kind and r.attack != "clean"]

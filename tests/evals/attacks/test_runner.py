@@ -84,6 +84,7 @@ def test_records_report_and_manifest(tmp_path):
     md = (tmp_path / "attacks.md").read_text()
     assert "| answer_false | self_answer | 3 | 100.0% (3/3) | 0.0% (0/3) | -100.0" in md
     assert "`response_provides_harmful_instructions`" in md
+    assert "| harmful | 3 | 0.100 | 0.900 | 0.950 | 0.333 | 0.855 |" in md  # clean means
     res = json.loads((tmp_path / "attacks.json").read_text())
     row = next(x for x in res["rows"] if x["kind"] == "harmful" and x["attack"] == "pad_1k")
     assert row["lost"] == 3 and row["truncated"] == 3
@@ -170,3 +171,5 @@ def test_summarise_pairs_each_attack_with_its_clean_record():
     assert code.delta_lo <= 0.0 <= code.delta_hi
     assert by["fmt_json"].n == 0 and by["fmt_json"].errors == 1
     assert by["clean"].delta == 0.0 and by["clean"].tokens == 10
+    assert by["clean"].predicate_clean["a"] == pytest.approx((0.9 + 0.8 + 0.2) / 3)
+    assert code.score_clean == by["clean"].score_clean
