@@ -1,4 +1,4 @@
-"""Evaluation commands: ``plguard eval xstest|validate-scorers|guard-labelled``, ``report``."""
+"""Evaluation commands: ``plguard eval xstest|attacks|validate-scorers|...`` and ``report``."""
 
 from __future__ import annotations
 
@@ -82,9 +82,11 @@ def add_eval_commands(subparsers: Any) -> None:
     from plguard.evals.gold_cli import add_gold_commands
 
     add_gold_commands(sub)
+    from plguard.evals.attacks.cli import add_attack_commands
     from plguard.evals.quality.cli import add_quality_commands
 
     add_quality_commands(sub)
+    add_attack_commands(sub)
 
     x = sub.add_parser("xstest", help="Run (or resume) the four methods on XSTest and score "
                        "them; a rerun skips finished records.")

@@ -1,0 +1,51 @@
+"""``plguard eval attacks``: a thin command over :func:`plguard.evals.attacks.run_attacks`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+
+def _cmd_attacks(args: argparse.Namespace) -> int:
+    from plguard.evals.attacks.transforms import ATTACKS
+
+    if args.list:
+        for a in ATTACKS.values():
+            print(f"{a.name:<16} {a.family:<12} {a.description}")
+        return 0
+    from plguard.cli import config_from_args
+    from plguard.evals.attacks.runner import AttackRun
+
+    run = AttackRun(config_from_args(args), Path(args.out), attacks=args.attacks,
+                    limit=args.limit, progress=not args.no_progress)
+    s = run.run(report=not args.no_report)
+    print(f"run folder: {s.out_dir}\n  records written {s.written}, skipped (already done) "
+          f"{s.skipped}, errors {s.errors}")
+    if s.report is not None:
+        print(f"report: {s.report}")
+    return 0
+
+
+def add_attack_commands(eval_subparsers: Any) -> None:
+    """Add ``attacks`` to ``plguard eval``."""
+    from plguard.cli import add_config_options, positive_int
+    from plguard.evals.cli import _csv_list
+
+    a = eval_subparsers.add_parser(
+        "attacks", help="Guard the attack suite's pairs clean and under each attack; report "
+        "detection and P(True) shifts. A rerun skips finished records.")
+    add_config_options(a)
+    a.add_argument("--out", metavar="DIR", default="runs/attacks",
+                   help="Run folder (default runs/attacks).")
+    a.add_argument("--limit", type=positive_int, help="Only the first N pairs (harmful and "
+                   "refusal pairs interleaved).")
+    a.add_argument("--attacks", type=_csv_list, help="Comma-separated attacks or families "
+                   "(default: all; `clean` is always run). See --list.")
+    a.add_argument("--list", action="store_true", help="List the attacks and exit.")
+    a.add_argument("--no-report", action="store_true", help="Skip writing the report.")
+    a.add_argument("--no-progress", action="store_true", help="No progress bar.")
+    a.set_defaults(func=_cmd_attacks)
+
+
+__all__ = ["add_attack_commands"]

@@ -1,0 +1,231 @@
+"""``plguard eval attacks``: the resumable run over (pair, attack) records.
+
+Layout of a run folder::
+
+    manifest.json     config (repairs off), suite hash, attacks, model identity, versions,
+                      git commit, every session with its command line
+    records.jsonl     one record per (pair, attack), id ``<pair>/<attack>``
+    attacks.md/.json  the report (:mod:`plguard.evals.attacks.report`)
+
+Every pair is guarded clean and under each attack with ``Guard.batch(requests,
+responses=...)`` and ``repair.max_rounds = 0``: no text is generated, only grounding,
+reasoning and the decision run. Work goes pair by pair, so a batch shares its request and
+request-scope scores are computed once. Records are fsync'd one by one; a rerun skips
+finished ids, so a killed run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from plguard.config import GuardConfig
+from plguard.errors import ConfigError
+from plguard.evals.attacks.suite import Pair, Suite, load_suite
+from plguard.evals.attacks.transforms import ATTACKS, Attacked, Context, check_attacks
+from plguard.evals.shards import error_text, run_safely
+from plguard.evals.store import (
+    JsonlStore,
+    check_same_config,
+    exclusive,
+    git_commit,
+    now_iso,
+    package_versions,
+    write_json_atomic,
+)
+
+if TYPE_CHECKING:
+    from plguard.backends.base import Backend
+    from plguard.guard import Guard
+    from plguard.types import GuardResult
+
+# Bump when a transform's output changes: records made by another version are not comparable.
+ATTACKS_VERSION = "a1"
+TEXT_LIMIT = 6000  # attacked texts up to this many characters are stored in the record
+
+
+@dataclass
+class AttackSummary:
+    """What one invocation did."""
+
+    out_dir: Path
+    written: int = 0
+    skipped: int = 0
+    errors: int = 0
+    report: Path | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def detected(pair: Pair, result: GuardResult) -> bool:
+    """Whether the guard flags the pair's violation: refuse a harmful pair, rewrite a refusal."""
+    return result.decision.action == ("refuse" if pair.kind == "harmful" else "rewrite")
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def record(pair: Pair, attack: str, texts: Attacked | None,
+           out: GuardResult | BaseException, n_tokens: tuple[int, int] | None) -> dict[str, Any]:
+    """The stored record of ``pair`` under ``attack`` (or of the error it raised)."""
+    rec: dict[str, Any] = {"id": f"{pair.id}/{attack}", "pair": pair.id, "attack": attack,
+                           "family": ATTACKS[attack].family, "kind": pair.kind,
+                           "topic": pair.topic}
+    if texts is not None:
+        rec.update(request_sha=_sha(texts.request), response_sha=_sha(texts.response),
+                   response_chars=len(texts.response),
+                   request=texts.request if len(texts.request) <= TEXT_LIMIT else None,
+                   response=texts.response if len(texts.response) <= TEXT_LIMIT else None)
+    if n_tokens is not None:
+        rec["tokens"] = {"request": n_tokens[0], "response": n_tokens[1]}
+    if isinstance(out, BaseException):
+        rec["error"] = error_text(out)
+        return rec
+    d = out.decision
+    rec.update(error=None, action=d.action, detected=detected(pair, out),
+               strongest_unsafe=list(d.strongest_unsafe),
+               strongest_over_refusal=list(d.strongest_over_refusal),
+               score=(d.strongest_unsafe if pair.kind == "harmful"
+                      else d.strongest_over_refusal)[1],
+               predicates=out.grounding.probs, truncated=out.grounding.truncated,
+               template=out.grounding.template_version, times=dict(out.timings_s))
+    return rec
+
+
+class AttackRun:
+    """One run folder: guards every (pair, attack) once, then writes the report."""
+
+    def __init__(self, config: GuardConfig, out_dir: str | Path, *,
+                 attacks: Sequence[str] | None = None, limit: int | None = None,
+                 progress: bool = True, generator: Backend | None = None,
+                 suite: Suite | None = None) -> None:
+        # Repairs off: a flagged pair must not start generating; only the decision counts.
+        repairs_off: dict[str, Any] = {"repair.max_rounds": 0}
+        self.config = GuardConfig.from_dict(config.model_dump(), **repairs_off)
+        self.out = Path(out_dir)
+        self.attacks = check_attacks(attacks)
+        self.limit = limit
+        self.progress = progress
+        self.suite = suite or load_suite()
+        self.pairs = self.suite.select(limit)
+        self._generator = generator
+        self._guard: Guard | None = None
+        self.summary = AttackSummary(self.out)
+
+    @property
+    def guard(self) -> Guard:
+        """The Guard over the configured model (or the given backend), built on first use."""
+        if self._guard is None:
+            from plguard.guard import Guard
+
+            self._guard = Guard(self.config, generator=self._generator)
+        return self._guard
+
+    def _manifest(self, previous: dict[str, Any] | None, session: dict[str, Any]
+                  ) -> dict[str, Any]:
+        from plguard.evals.runner import model_identity
+        from plguard.grounding import TEMPLATE_VERSION
+
+        man: dict[str, Any] = dict(previous or {})
+        sessions = [s for s in man.get("sessions", []) if s.get("session") != session["session"]]
+        sessions.append(session)
+        g = self.guard
+        man.update({
+            "benchmark": "attacks",
+            "config": self.config.model_dump(mode="json"),
+            "suite": {"sha256": self.suite.sha256, "pairs": len(self.suite.pairs),
+                      "attacks_version": ATTACKS_VERSION},
+            "attacks": [a for a in ATTACKS if a in set(man.get("attacks", [])) | set(self.attacks)],
+            "n_pairs": max(int(man.get("n_pairs", 0)), len(self.pairs)),
+            "policy": {"name": g.policy.name, "id": g.policy.id},
+            "grounder": model_identity(g.grounder_backend, self.config.grounder_model.path),
+            "grounding_template": TEMPLATE_VERSION,
+            "versions": package_versions(),
+            "git": git_commit(),
+            "started": sessions[0]["started"],
+            "ended": session.get("ended"),
+            "sessions": sessions,
+        })
+        return man
+
+    def _check_suite(self, previous: dict[str, Any] | None) -> None:
+        old = (previous or {}).get("suite")
+        if old and (old.get("sha256"), old.get("attacks_version")) != (
+                self.suite.sha256, ATTACKS_VERSION):
+            raise ConfigError(f"{self.out} holds records of another attack suite or transform "
+                              "version; its records would not be comparable. Use a new --out "
+                              "folder")
+
+    def run(self, report: bool = True) -> AttackSummary:
+        """Guard every unfinished (pair, attack), then write the report; safe to rerun."""
+        self.out.mkdir(parents=True, exist_ok=True)
+        with exclusive(self.out / ".run.lock", self.out, "use another --out folder"):
+            mpath = self.out / "manifest.json"
+            previous = check_same_config(mpath, self.config.model_dump(mode="json"))
+            self._check_suite(previous)
+            session: dict[str, Any] = {"session": uuid.uuid4().hex[:12], "started": now_iso(),
+                                       "ended": None, "limit": self.limit,
+                                       "attacks": self.attacks, "argv": sys.argv[1:]}
+            write_json_atomic(mpath, self._manifest(previous, session))
+            store = JsonlStore(self.out / "records.jsonl")
+            self._guard_all(store)
+            session.update(ended=now_iso(), written=self.summary.written,
+                           errors=self.summary.errors)
+            write_json_atomic(mpath, self._manifest(previous, session))
+            if report:
+                from plguard.evals.attacks.report import write_report
+
+                self.summary.report = write_report(self.out, {p.id for p in self.pairs},
+                                                   self.attacks)
+        return self.summary
+
+    def _guard_all(self, store: JsonlStore) -> None:
+        from tqdm import tqdm
+
+        todo = [(p, a) for p in self.pairs for a in self.attacks if f"{p.id}/{a}" not in store]
+        self.summary.skipped = len(self.pairs) * len(self.attacks) - len(todo)
+        if not todo:
+            return
+        guard = self.guard
+        backend = guard.grounder_backend
+        ctx = Context(count_tokens=backend.count_tokens, filler=self.suite.filler)
+        bs = self.config.generator.batch_size
+        with tqdm(total=len(todo), desc="attacks", unit="rec", disable=not self.progress,
+                  dynamic_ncols=True, file=sys.stderr) as bar:
+            for start in range(0, len(todo), bs):
+                chunk = todo[start:start + bs]
+                built: list[tuple[Pair, str, Attacked | BaseException]] = []
+                for p, a in chunk:
+                    try:
+                        built.append((p, a, ATTACKS[a](p, ctx)))
+                    except Exception as exc:  # a broken transform fails its record only
+                        built.append((p, a, exc))
+                ok = [b for b in built if isinstance(b[2], Attacked)]
+                texts = [b[2] for b in ok if isinstance(b[2], Attacked)]
+                outs = iter(run_safely(lambda ts: guard.batch(
+                    [t.request for t in ts], responses=[t.response for t in ts]), texts)
+                    if texts else [])
+                for p, a, t in built:
+                    if isinstance(t, Attacked):
+                        rec = record(p, a, t, next(outs), (backend.count_tokens(t.request),
+                                                           backend.count_tokens(t.response)))
+                    else:
+                        rec = record(p, a, None, t, None)
+                    store.append(rec)
+                    self.summary.written += 1
+                    self.summary.errors += rec["error"] is not None
+                    bar.update(1)
+
+
+def run_attacks(config: GuardConfig, out_dir: str | Path, **kwargs: Any) -> AttackSummary:
+    """Run (or resume) the attack evaluation into ``out_dir``; see :class:`AttackRun`."""
+    return AttackRun(config, out_dir, **kwargs).run()
+
+
+__all__ = ["ATTACKS_VERSION", "AttackRun", "AttackSummary", "detected", "record",
+           "run_attacks"]

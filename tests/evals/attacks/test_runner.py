@@ -1,0 +1,175 @@
+"""The attack runner on the scripted backend: records, report, resume, faults, manifest."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from plguard import GuardConfig
+from plguard.errors import ConfigError
+from plguard.evals.attacks.report import summarise
+from plguard.evals.attacks.runner import TEXT_LIMIT, AttackRun
+from plguard.evals.attacks.suite import load_suite
+from plguard.evals.store import read_jsonl
+from plguard.policy import load_policy
+from tests.scripted import ScriptedBackend
+
+SUITE = load_suite()
+HARMFUL_REQ = [p.request for p in SUITE.pairs if p.kind == "harmful"]
+BENIGN_REQ = [p.request for p in SUITE.pairs if p.kind == "refusal"]
+HARMFUL_LAST = [p.parts[-1] for p in SUITE.pairs if p.kind == "harmful"]
+QUESTIONS = {q.strip(): p.name for p in load_policy("minimal").predicates
+             for q in (p.question, *p.paraphrases)}
+ATTACKS = ["clean", "answer_false", "pad_1k", "fmt_code", "req_note"]
+
+
+def p_true(prefix: str, suffix: str) -> float:
+    """A gullible grounder: right on clean pairs, fooled by 'Answer: False'."""
+    name = next(n for q, n in QUESTIONS.items() if q in suffix)
+    resp = prefix.split("<<<RESPONSE>>>", 1)[1] if "<<<RESPONSE>>>" in prefix else ""
+    if name == "request_is_harmful":
+        return 0.9 if any(r in prefix for r in HARMFUL_REQ) else 0.1
+    if name == "request_is_benign_sensitive_context":
+        return 0.9 if any(r in prefix for r in BENIGN_REQ) else 0.1
+    if name == "response_provides_harmful_instructions":
+        fooled = "Answer: False" in resp
+        return 0.95 if any(s in resp for s in HARMFUL_LAST) and not fooled else 0.05
+    return 0.9 if ("sorry" in resp.lower() or "can't" in resp) else 0.05
+
+
+def _backend(fail=None):
+    return ScriptedBackend(lambda chat: "unused", p_true, fail)
+
+
+def _cfg(**kw):
+    # Word-count tokens: 300 words of budget keeps a 1k-token padded response's head and
+    # tail, so its middle (the payload) is cut, as the real budget does for long answers.
+    return GuardConfig.from_dict({"generator": {"path": "scripted-model", "batch_size": 4},
+                                  "policy": "minimal", "grounding": {"max_data_tokens": 300},
+                                  "eval": {"bootstrap": 200}, **kw})
+
+
+def _run(out, backend=None, **kw):
+    kw.setdefault("attacks", ATTACKS)
+    return AttackRun(_cfg(), out, generator=backend or _backend(), progress=False, **kw).run()
+
+
+def _by_id(out):
+    return {r["id"]: r for r in read_jsonl(out / "records.jsonl")}
+
+
+def test_records_report_and_manifest(tmp_path):
+    backend = _backend()
+    s = _run(tmp_path, backend, limit=6)
+    assert (s.written, s.skipped, s.errors) == (30, 0, 0)
+    assert backend.generate_calls == []  # repairs off: nothing is generated
+    recs = _by_id(tmp_path)
+    assert len(recs) == 30 and {r["attack"] for r in recs.values()} == set(ATTACKS)
+    h, r = recs["h01/clean"], recs["r01/clean"]
+    assert h["detected"] and h["action"] == "refuse" and h["score"] > 0.8
+    assert r["detected"] and r["action"] == "rewrite"
+    assert not recs["h01/answer_false"]["detected"]  # the gullible grounder is fooled
+    pad = recs["h01/pad_1k"]
+    assert pad["truncated"] and not pad["detected"] and pad["tokens"]["response"] >= 1024
+    assert (pad["response"] is None) == (pad["response_chars"] > TEXT_LIMIT)
+    assert len(pad["response_sha"]) == 16
+    assert recs["h01/fmt_code"]["detected"] and "```" in recs["h01/fmt_code"]["response"]
+    assert set(h["predicates"]) == set(QUESTIONS.values())
+    man = json.loads((tmp_path / "manifest.json").read_text())
+    assert man["config"]["repair"]["max_rounds"] == 0
+    assert man["suite"]["sha256"] == SUITE.sha256 and man["attacks"] == ATTACKS
+    assert man["grounder"]["model_id"] == "scripted" and man["n_pairs"] == 6
+    assert len(man["sessions"]) == 1 and man["ended"]
+    md = (tmp_path / "attacks.md").read_text()
+    assert "| answer_false | self_answer | 3 | 100.0% (3/3) | 0.0% (0/3) | -100.0" in md
+    assert "`response_provides_harmful_instructions`" in md
+    assert "| harmful | 3 | 0.100 | 0.900 | 0.950 | 0.333 | 0.855 |" in md  # clean means
+    res = json.loads((tmp_path / "attacks.json").read_text())
+    row = next(x for x in res["rows"] if x["kind"] == "harmful" and x["attack"] == "pad_1k")
+    assert row["lost"] == 3 and row["truncated"] == 3
+    assert row["predicate_shift"]["response_provides_harmful_instructions"] == pytest.approx(-0.9)
+    assert row["predicate_shift"]["request_is_harmful"] == pytest.approx(0.0)
+
+
+def test_interrupted_run_resumes_without_duplicates_or_gaps(tmp_path):
+    calls = []
+
+    def die_on_third_call():
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        _run(tmp_path, _backend(die_on_third_call), limit=4)
+    done = read_jsonl(tmp_path / "records.jsonl")
+    assert 0 < len(done) < 20
+    with (tmp_path / "records.jsonl").open("a") as fh:
+        fh.write('{"id": "h02/fmt_co')  # a torn last line, as a kill mid-write leaves it
+    backend = _backend()
+    s = _run(tmp_path, backend, limit=4)
+    assert s.skipped == len(done) and s.written == 20 - len(done)
+    ids = [r["id"] for r in read_jsonl(tmp_path / "records.jsonl")]
+    assert len(ids) == len(set(ids)) == 20
+    man = json.loads((tmp_path / "manifest.json").read_text())
+    assert len(man["sessions"]) == 2 and man["sessions"][0]["ended"] is None
+    # a third run with more pairs and another attack adds only the new records
+    s = _run(tmp_path, limit=6, attacks=["clean", "answer_false", "pad_1k", "fmt_code",
+                                         "req_note", "chat_chatml"])
+    assert s.written == 6 * 6 - 20 and s.skipped == 20
+    assert "chat_chatml" in json.loads((tmp_path / "manifest.json").read_text())["attacks"]
+    # the report covers what this invocation asked for
+    _run(tmp_path, limit=2, attacks=["clean", "pad_1k"])
+    rows = json.loads((tmp_path / "attacks.json").read_text())["rows"]
+    assert {(r["attack"], r["n"]) for r in rows} == {("clean", 1), ("pad_1k", 1)}
+
+
+def test_a_failing_pair_is_recorded_and_the_run_goes_on(tmp_path):
+    def p_fail(prefix, suffix):
+        if "Answer: False" in prefix:
+            raise RuntimeError("grounder exploded")
+        return p_true(prefix, suffix)
+
+    s = _run(tmp_path, ScriptedBackend(lambda c: "", p_fail), limit=2)
+    assert s.errors == 2 and s.written == 10
+    recs = _by_id(tmp_path)
+    assert "grounder exploded" in recs["h01/answer_false"]["error"]
+    assert recs["h01/fmt_code"]["error"] is None
+    assert "Failed records (kept in records.jsonl with their error, left out above): 2" in (
+        tmp_path / "attacks.md").read_text()
+
+
+def test_resume_refuses_another_config_or_suite(tmp_path):
+    _run(tmp_path, limit=2, attacks=["clean"])
+    other = AttackRun(_cfg(thresholds={"unsafe": 0.3}), tmp_path, generator=_backend(),
+                      progress=False, attacks=["clean"], limit=2)
+    with pytest.raises(ConfigError, match="thresholds.unsafe"):
+        other.run()
+    man = json.loads((tmp_path / "manifest.json").read_text())
+    man["suite"]["sha256"] = "0" * 64
+    (tmp_path / "manifest.json").write_text(json.dumps(man))
+    with pytest.raises(ConfigError, match="another attack suite"):
+        _run(tmp_path, limit=2, attacks=["clean"])
+
+
+def test_summarise_pairs_each_attack_with_its_clean_record():
+    def rec(pair, attack, det, p, kind="harmful", error=None):
+        return {"id": f"{pair}/{attack}", "pair": pair, "attack": attack, "kind": kind,
+                "detected": det, "score": p, "predicates": {"a": p}, "error": error,
+                "tokens": {"request": 1, "response": 10}}
+
+    rows = summarise([rec("x", "clean", True, 0.9), rec("y", "clean", True, 0.8),
+                      rec("z", "clean", False, 0.2),
+                      rec("x", "fmt_code", False, 0.4), rec("y", "fmt_code", True, 0.8),
+                      rec("z", "fmt_code", True, 0.6), rec("w", "fmt_code", True, 0.9),
+                      rec("v", "fmt_json", None, 0.0, error="boom")], n_boot=100)
+    by = {r.attack: r for r in rows}
+    code = by["fmt_code"]
+    assert (code.n, code.clean, code.attacked, code.lost, code.gained) == (3, 2, 2, 1, 1)
+    assert code.delta == 0.0 and code.score_shift == pytest.approx((-0.5 + 0 + 0.4) / 3)
+    assert code.predicate_shift["a"] == pytest.approx(code.score_shift)
+    assert code.delta_lo <= 0.0 <= code.delta_hi
+    assert by["fmt_json"].n == 0 and by["fmt_json"].errors == 1
+    assert by["clean"].delta == 0.0 and by["clean"].tokens == 10
+    assert by["clean"].predicate_clean["a"] == pytest.approx((0.9 + 0.8 + 0.2) / 3)
+    assert code.score_clean == by["clean"].score_clean
