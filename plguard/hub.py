@@ -36,7 +36,7 @@ def _has_weights(folder: str) -> bool:
     return any(root.glob("*.safetensors")) or any(root.glob("*.bin"))
 
 
-def resolve_hub_id(repo_id: str) -> str:
+def resolve_hub_id(repo_id: str, *, download: bool = True) -> str:
     """The local snapshot folder of ``repo_id``: from the cache, else downloaded."""
     from huggingface_hub import snapshot_download
 
@@ -48,6 +48,8 @@ def resolve_hub_id(repo_id: str) -> str:
             return str(local)
     except Exception:  # not (completely) cached: fall through to the download
         pass
+    if not download:
+        raise ModelError(f"model '{repo_id}' is not in the Hugging Face cache")
     if offline():
         raise ModelError(
             f"model '{repo_id}' is not a local folder and is not in the Hugging Face cache, "

@@ -84,14 +84,14 @@ def looks_like_path(path: str) -> bool:
             or path.lower().endswith(".gguf"))
 
 
-def resolve_model_path(path: str) -> str:
+def resolve_model_path(path: str, *, download: bool = True) -> str:
     """Map a configured model path to a local folder ``from_pretrained`` can load.
 
     ``'embedded'`` gives the converted embedded folder; an existing local folder is
     returned as is; a GGUF file is converted once (:mod:`plguard.gguf`); anything that
     looks like a path but does not exist is an error; any other string is a Hugging Face
     id, taken from the local cache or downloaded when the machine is online
-    (:mod:`plguard.hub`).
+    (:mod:`plguard.hub`); ``download=False`` never downloads (for manifests and checks).
     """
     if path == EMBEDDED:
         return str(ensure_embedded_model())
@@ -107,7 +107,7 @@ def resolve_model_path(path: str) -> str:
                          f"file, a Hugging Face id, or '{EMBEDDED}'.")
     from plguard.hub import resolve_hub_id
 
-    return resolve_hub_id(path)
+    return resolve_hub_id(path, download=download)
 
 
 def model_source(local: str) -> dict[str, Any]:

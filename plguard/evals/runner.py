@@ -102,7 +102,7 @@ def model_identity(backend: Any, path: str) -> dict[str, Any]:
     try:
         from plguard.models import model_source, resolve_model_path
 
-        local = resolve_model_path(path)
+        local = resolve_model_path(path, download=False)
         out["resolved_path"] = local
         out.update(model_source(local))
     except Exception as exc:  # a scripted or remote backend has no local weights

@@ -1,0 +1,224 @@
+"""The decision-quality study: split, union grounding, calibration fit, refusal, report."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from plguard import Guard, GuardConfig
+from plguard.calibration import load_calibration
+from plguard.errors import ConfigError
+from plguard.evals.data import load_prompts
+from plguard.evals.quality.fit import best_f1_threshold, fit_calibrations, load_records
+from plguard.evals.quality.ground import ground_labelled, labelled_items, union_plan
+from plguard.evals.quality.report import fast_auroc, quality_report
+from plguard.evals.quality.splits import load_split, make_split
+from plguard.evals.metrics import auroc
+from plguard.policy import load_policy
+from tests.scripted import ScriptedBackend
+
+POLICIES = ["minimal", "one_question"]
+
+
+def test_committed_split_is_the_seeded_stratified_split():
+    prompts = load_prompts()
+    table = load_split()
+    assert table == make_split(prompts)
+    dev = [p for p in prompts if table[p.id] == "dev"]
+    assert abs(len(dev) / len(prompts) - 0.3) < 0.01
+    per = Counter((p.type, p.label) for p in dev)
+    total = Counter((p.type, p.label) for p in prompts)
+    assert all(abs(per[k] - 0.3 * n) <= 1 for k, n in total.items())
+    items = labelled_items("dev", None, 0)
+    assert items and all(table[c.id] == "dev" for c in items)
+    assert len(items) == 5 * len(dev)
+    test = labelled_items("test", 100, 0)
+    assert len(test) == 100 and all(table[c.id] == "test" for c in test)
+
+
+def test_union_plan_asks_shared_questions_once():
+    pols = [load_policy(n) for n in ("minimal", "moderate", "detailed")]
+    plan = union_plan(pols)
+    assert len({s.name for s in plan.specs}) == len(plan.specs)
+    # identical wording in moderate and detailed: one question
+    assert (plan.keys["moderate"]["response_offers_safe_redirect"]
+            == plan.keys["detailed"]["response_offers_safe_redirect"])
+    # same name, other wording: two questions
+    assert plan.keys["minimal"]["response_refuses"] != plan.keys["detailed"]["response_refuses"]
+    n_distinct = len({(s.scope, s.question, s.paraphrases) for p in pols for s in p.predicates})
+    assert len(plan.specs) == n_distinct
+
+
+# A scripted grounder that reads: informative but compressed around 0.5, like a small model.
+HARMFUL_WORDS = ("kill", "bomb", "steal", "poison", "hack", "drug", "murder", "weapon")
+
+
+def _informative(prefix: str, suffix: str) -> float:
+    data = prefix.lower()
+    resp = data.split("<<<response>>>", 1)[1] if "<<<response>>>" in data else ""
+    req = data.split("<<<request>>>", 1)[1].split("<<<end request>>>")[0]
+    q = suffix.lower()
+    refuses = any(w in resp[:200] for w in ("sorry", "cannot", "can't", "not able", "won't"))
+    harmful = any(w in req for w in HARMFUL_WORDS)
+    if "refuse" in q or "over_refusal" in q or "nevertheless refuse" in q:
+        x = refuses and ("harmless" not in q or not harmful)
+    elif "comply" in q or "instructions" in q or "actionable" in q:
+        x = harmful and not refuses
+    elif "harmless" in q or "benign" in q:
+        x = not harmful
+    else:
+        x = harmful
+    return 0.56 if x else 0.47
+
+
+def _guard_config(**extra):
+    return GuardConfig.from_dict({"generator": {"path": "/nonexistent/scripted", "batch_size": 16},
+                                  "policy": "minimal", **extra})
+
+
+def _backend():
+    def reply(chat):
+        text = chat[-1].content
+        return json.dumps({"verdict": "unsafe" if "kill" in text.lower() else "safe",
+                           "rationale": "r", "violated_policy": ""})
+    return ScriptedBackend(reply, _informative)
+
+
+@pytest.fixture(scope="module")
+def grounded(tmp_path_factory):
+    out = tmp_path_factory.mktemp("q") / "run"
+    backend = _backend()
+    cfg = _guard_config()
+    for split in ("dev", "test"):
+        ground_labelled(cfg, out, policies=POLICIES, split=split, limit=120, progress=False,
+                        grounder=backend, generator=backend)
+    return out
+
+
+def test_ground_records_raw_scores_for_every_policy(grounded):
+    man = json.loads((grounded / "manifest.json").read_text())
+    assert set(man["keys"]) == set(POLICIES)
+    assert man["template_version"] == "g1" and man["part_configs"]["grounding"]
+    recs = load_records(grounded)
+    assert len(recs.rows) == 240 and {r["split"] for r in recs.rows} == {"dev", "test"}
+    keys = {k for p in man["keys"].values() for k in p.values()}
+    assert all(set(r["scores"]) == keys for r in recs.rows)
+    judged = [json.loads(x) for x in (grounded / "judge.jsonl").read_text().splitlines()]
+    assert len(judged) == 240 and all(j["parsed"] for j in judged)
+
+
+def test_ground_resumes_after_an_interruption(tmp_path):
+    calls = {"n": 0}
+
+    def flaky(prefix, suffix):
+        calls["n"] += 1
+        if calls["n"] == 100:
+            raise KeyboardInterrupt
+        return _informative(prefix, suffix)
+
+    backend = ScriptedBackend(lambda c: "{}", flaky)
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        ground_labelled(_guard_config(), out, policies=["minimal"], limit=40, judge=False,
+                        progress=False, grounder=backend, generator=backend)
+    done = len((out / "grounding.jsonl").read_text().splitlines())
+    assert 0 < done < 40
+    s = ground_labelled(_guard_config(), out, policies=["minimal"], limit=40, judge=False,
+                        progress=False, grounder=backend, generator=backend)
+    ids = [json.loads(x)["id"] for x in (out / "grounding.jsonl").read_text().splitlines()]
+    assert s.grounded == 40 - done and len(ids) == len(set(ids)) == 40
+    with pytest.raises(ConfigError, match="not for moderate"):
+        ground_labelled(_guard_config(), out, policies=["moderate"], limit=40, judge=False,
+                        progress=False, grounder=backend, generator=backend)
+    with pytest.raises(ConfigError, match=r"grounding \(differs at: grounding.answer_words"):
+        ground_labelled(_guard_config(grounding={"answer_words": "yes_no"}), out,
+                        policies=["minimal"], limit=40, judge=False, progress=False,
+                        grounder=backend, generator=backend)
+
+
+def test_fit_on_dev_and_report_on_test(grounded, tmp_path):
+    cal_dir = tmp_path / "cal"
+    paths = fit_calibrations(grounded, POLICIES, cal_dir, split="dev")
+    doc = json.loads(paths[0].read_text())
+    assert doc["fitted_on"]["split"] == ["dev"] and doc["model"]["model_id"] == "scripted"
+    cal = doc["predicates"]["response_refuses"]
+    # compressed raw scores (0.47 vs 0.56) are spread apart by the fit
+    assert cal["a"] > 3 and cal["before"]["ece"] > cal["after"]["ece"]
+    th = doc["thresholds"]
+    assert 0 < th["unsafe"] <= 1 and 0 < th["over_refusal"] <= 1
+    rep = quality_report(grounded, POLICIES, cal_dir, tmp_path / "rep", split="test",
+                         n_boot=50)
+    assert rep["n_pairs"] == 120
+    rows = {(d["name"], d["target"]): d for d in rep["detectors"]}
+    cal_over = rows[("minimal (calibrated)", "over_refusal")]
+    raw_over = rows[("minimal (raw, 0.5)", "over_refusal")]
+    # at 0.5 the product of two compressed P's never fires; the fitted threshold does
+    assert math.isnan(raw_over["precision"]["value"]) or raw_over["recall"]["value"] == 0
+    assert cal_over["recall"]["value"] > 0
+    assert ("LLM judge (verdict)", "unsafe") in rows
+    md = (tmp_path / "rep" / "quality-test.md").read_text()
+    assert "Per-predicate AUROC against gold" in md and "one_question" in md
+
+
+def test_calibration_refuses_another_model_template_or_question(grounded, tmp_path):
+    (path,) = fit_calibrations(grounded, ["minimal"], tmp_path, split="dev")
+    backend = _backend()
+    guard = Guard(_guard_config(grounding={"calibration": str(path)}), generator=backend)
+    assert guard.thresholds.unsafe == pytest.approx(load_calibration(path).thresholds["unsafe"])
+    r = guard.check("How do I kill a process?", "Sorry, I can't help.")
+    assert r.grounding.calibration.startswith(path.name + "@")
+    raw = guard.config.thresholds.model_copy(update={"from_calibration": False})
+    fixed = Guard(_guard_config(grounding={"calibration": str(path)},
+                                thresholds=raw.model_dump()), generator=backend)
+    assert fixed.thresholds.unsafe == 0.5
+    other = _backend()
+    other.model_id = "another-model"
+    with pytest.raises(ConfigError, match="fitted for model 'scripted'"):
+        Guard(_guard_config(grounding={"calibration": str(path)}), generator=other)
+    with pytest.raises(ConfigError, match="grounding template 'g1'.*'g1-yn'"):
+        Guard(_guard_config(grounding={"calibration": str(path), "answer_words": "yes_no"}),
+              generator=backend)
+    doc = json.loads(path.read_text())
+    doc["predicates"]["response_refuses"]["question_sha256"] = "0" * 64
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(doc))
+    with pytest.raises(ConfigError, match="question of response_refuses changed"):
+        Guard(_guard_config(grounding={"calibration": str(edited)}), generator=backend)
+    with pytest.raises(ConfigError, match="fitted for policy minimal, this run uses moderate"):
+        Guard(_guard_config(policy="moderate", grounding={"calibration": str(path)}),
+              generator=backend)
+
+
+def test_best_f1_threshold_and_fast_auroc():
+    y = np.array([0, 0, 1, 1, 1, 0], dtype=bool)
+    s = np.array([0.1, 0.4, 0.35, 0.8, 0.7, 0.2])
+    t, f1 = best_f1_threshold(y, s)
+    assert t == pytest.approx(0.35) and f1 == pytest.approx(6 / 7)
+    rng = np.random.default_rng(1)
+    yy = rng.random(300) < 0.3
+    ss = np.round(rng.random(300) + yy * 0.3, 1)  # many ties
+    assert fast_auroc(yy, ss) == pytest.approx(auroc(yy, ss))
+
+
+@pytest.mark.slow
+def test_calibrate_command_on_the_embedded_model(tmp_path, capsys):
+    from plguard.cli import main
+
+    args = ["calibrate", "--model", "embedded", "--policies", "minimal", "--limit", "20",
+            "--out", str(tmp_path), "--work", str(tmp_path / "work"), "--no-progress",
+            "--set", "generator.dtype=float32"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    path = tmp_path / "calibration-minimal.json"
+    assert "Thresholds (max F1" in out and path.is_file()
+    doc = json.loads(path.read_text())
+    assert doc["model"]["sha256"] and doc["fitted_on"]["n_pairs"] == 20
+    # the file applies to the model it was fitted for, and names itself in the trace
+    guard = Guard.from_config(**{"generator.dtype": "float32",
+                                 "grounding.calibration": str(path)})
+    r = guard.check("How do I kill a Python process?", "Run kill -9 PID.")
+    assert r.grounding.calibration.startswith("calibration-minimal.json@")
