@@ -56,10 +56,10 @@ def resolve_hub_id(repo_id: str, *, download: bool = True) -> str:
             "and downloads are off (HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE is set). Unset "
             "it on a machine with network access to download the model, or pass a local "
             f"model folder, a .gguf file or 'embedded'.")
-    return download(repo_id)
+    return download_model(repo_id)
 
 
-def download(repo_id: str) -> str:
+def download_model(repo_id: str) -> str:
     """Download configs, tokenizer and weights of ``repo_id`` into the HF cache."""
     from huggingface_hub import snapshot_download
 
@@ -109,4 +109,4 @@ def _first_line(exc: Any) -> str:
     return text[0][:300] if text else ""
 
 
-__all__ = ["download", "offline", "resolve_hub_id"]
+__all__ = ["download_model", "offline", "resolve_hub_id"]

@@ -13,11 +13,11 @@ from plguard import Guard, GuardConfig
 from plguard.calibration import load_calibration
 from plguard.errors import ConfigError
 from plguard.evals.data import load_prompts
+from plguard.evals.metrics import auroc
 from plguard.evals.quality.fit import best_f1_threshold, fit_calibrations, load_records
 from plguard.evals.quality.ground import ground_labelled, labelled_items, union_plan
 from plguard.evals.quality.report import fast_auroc, quality_report
 from plguard.evals.quality.splits import load_split, make_split
-from plguard.evals.metrics import auroc
 from plguard.policy import load_policy
 from tests.scripted import ScriptedBackend
 
