@@ -72,9 +72,19 @@ class GroundingConfig(_Strict):
     """How predicates are grounded."""
 
     max_data_tokens: int = Field(
-        1536, ge=32, description="Token budget for request+response text in a grounding prompt; "
-        "longer text is truncated (and flagged in the trace)."
+        1536, ge=32, description="Token budget for request+response text in a grounding "
+        "prompt. A longer response is grounded in windows (see windows); a longer request "
+        "keeps its head and tail (flagged in the trace)."
     )
+    windows: bool = Field(True, description="Ground a response longer than its budget in "
+                          "overlapping windows, every part read, combined per predicate by "
+                          "its `windows:` rule. Off: the middle is cut (see unseen).")
+    window_overlap: int = Field(64, ge=0, description="Tokens shared by consecutive windows, "
+                                "so a short passage is always whole in one of them.")
+    unseen: Literal["prior", "refuse"] = Field(
+        "prior", description="With windows off, what a cut response's unseen middle counts "
+        "as: 'prior' scores it as one more window at each predicate's prior; 'refuse' "
+        "refuses any response that could not be read in full.")
     combine: Literal["mean_logit", "mean_prob"] = Field(
         "mean_logit", description="How paraphrase scores of one predicate are combined."
     )

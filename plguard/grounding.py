@@ -28,8 +28,9 @@ import math
 import re
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from plguard.backends.base import Backend
 from plguard.calibration import Calibration, check_applies, platt
@@ -47,6 +48,7 @@ from plguard.types import (
     TFScore,
     renormalise,
 )
+from plguard.windows import DEFAULT_RULE, WindowRule, combine_windows
 
 TEMPLATE_VERSION = "g1"  # bump when prompt text changes: it keys caches of groundings
 ANSWER_WORDS: dict[str, tuple[str, str]] = {"true_false": ("True", "False"),
@@ -151,6 +153,20 @@ def split_budget(n_request: int, n_response: int, budget: int) -> tuple[int, int
     return half, budget - half
 
 
+@dataclass(frozen=True, slots=True)
+class _View:
+    """What one grounding prompt shows of an item: fitted request and response text."""
+
+    request: str
+    response: str | None
+    cut: bool  # the request (or, windowing off, the response) was cut to fit
+    # Cache keys use the raw texts (a window's response tagged with its place), so a cached
+    # score stays valid whatever the escaping or fitting does.
+    key_request: str
+    key_response: str | None
+    unseen: bool = False  # windowing off: the response's middle was not shown
+
+
 class Grounder:
     """Scores a policy's predicates on (request, response) pairs with one backend."""
 
@@ -216,7 +232,13 @@ class Grounder:
         """sha256 of how ``spec`` is asked (see :func:`question_digest`)."""
         return question_digest(spec, self.cfg)
 
-    def _data(self, request: str, response: str | None) -> tuple[str, str | None, bool]:
+    def _views(self, request: str, response: str | None) -> list[_View]:
+        """What the prompts show of one item: one view, or one per window of a long response.
+
+        The budget is shared as :func:`split_budget` says; a response over its share is cut
+        into overlapping windows (``grounding.windows``) or, with windowing off, to its head
+        and tail. The request keeps its share (head and tail when longer).
+        """
         req = escape_data(request)
         resp = None if response is None else escape_data(response)
         budget = self.cfg.max_data_tokens
@@ -224,10 +246,17 @@ class Grounder:
         n_resp = 0 if resp is None else self.backend.count_tokens(resp)
         b_req, b_resp = split_budget(n_req, n_resp, budget)
         req, cut_req = self.backend.truncate_text(req, b_req) if n_req > b_req else (req, False)
-        cut_resp = False
-        if resp is not None and n_resp > b_resp:
-            resp, cut_resp = self.backend.truncate_text(resp, b_resp)
-        return req, resp, cut_req or cut_resp
+        if resp is None or n_resp <= b_resp:
+            return [_View(req, resp, cut_req, request, response)]
+        if not self.cfg.windows:
+            resp, _ = self.backend.truncate_text(resp, b_resp)
+            return [_View(req, resp, True, request, response, unseen=True)]
+        wins = self.backend.window_text(resp, b_resp, self.cfg.window_overlap)
+        # Each window is its own cache entry: the key names the window and the split.
+        return [_View(req, w, cut_req, request,
+                      f"\x02window {i + 1}/{len(wins)} of {b_resp}:"
+                      f"{self.cfg.window_overlap}\x02{response}")
+                for i, w in enumerate(wins)]
 
     def _variants(self, spec: PredicateSpec) -> tuple[str, ...]:
         return (spec.question, *spec.paraphrases) if self.cfg.paraphrases else (spec.question,)
@@ -236,21 +265,23 @@ class Grounder:
         return [self.question_block(spec, q) for spec in self._by_scope[scope]
                 for q in self._variants(spec)]
 
-    def _build(self, request: str, response: str | None,
-               questions: Sequence[str] | None = None) -> tuple[TFRequest, bool]:
-        scope: Scope = "request" if response is None else "response"
-        req, resp, cut = self._data(request, response)
+    def _build(self, view: _View, questions: Sequence[str] | None = None) -> TFRequest:
+        scope: Scope = "request" if view.response is None else "response"
         prefix_t, suffix_t = self._template(scope)
-        prefix = prefix_t.replace("\x01REQ\x01", req, 1)
-        if resp is not None:
-            prefix = prefix.replace("\x01RESP\x01", resp, 1)
+        prefix = prefix_t.replace("\x01REQ\x01", view.request, 1)
+        if view.response is not None:
+            prefix = prefix.replace("\x01RESP\x01", view.response, 1)
         qs = self._questions(scope) if questions is None else questions
         suffixes = tuple(suffix_t.replace(_SENTINEL, q, 1) for q in qs)
-        return TFRequest(prefix=prefix, suffixes=suffixes, answers=self.answers), cut
+        return TFRequest(prefix=prefix, suffixes=suffixes, answers=self.answers)
 
     def prompts(self, request: str, response: str | None) -> TFRequest:
-        """The grounding prompt(s): request-scope when ``response`` is None, else response-scope."""
-        return self._build(request, response)[0]
+        """The grounding prompt(s) of the first view (request-scope when no response)."""
+        return self._build(self._views(request, response)[0])
+
+    def windows(self, request: str, response: str) -> list[TFRequest]:
+        """The response-scope prompts of every window of a (long) response."""
+        return [self._build(v) for v in self._views(request, response)]
 
     # -- scoring ---------------------------------------------------------------------------
 
@@ -263,19 +294,26 @@ class Grounder:
         todo_req: list[str] = []
         if self._by_scope["request"]:
             todo_req = list(dict.fromkeys(r for r, _ in pairs if r not in self._request_memo))
-        items: list[tuple[str, str | None]] = [(r, None) for r in todo_req]
+        views: list[_View] = [v for r in todo_req for v in self._views(r, None)]
+        owners: list[int] = list(range(len(todo_req)))  # view -> item it belongs to
         if self._by_scope["response"]:
-            items += list(pairs)
-        raw = self._score(items)
-        for req, scores in zip(todo_req, raw, strict=False):
-            self._remember(req, self._combine("request", scores, False))
-        resp_raw = raw[len(todo_req):]
+            for i, (req, resp) in enumerate(pairs):
+                vs = self._views(req, resp)
+                views += vs
+                owners += [len(todo_req) + i] * len(vs)
+        raw = self._score(views)
+        per_item: list[list[tuple[_View, list[TFScore]]]] = [
+            [] for _ in range(len(todo_req) + len(pairs))]
+        for view, item, scores in zip(views, owners, raw, strict=True):
+            per_item[item].append((view, scores))
+        for k, req in enumerate(todo_req):
+            self._remember(req, self._combine("request", per_item[k]))
         out = []
         for i, (req, _) in enumerate(pairs):
             req_scores = self._request_memo.get(req, ()) if self._by_scope["request"] else ()
             if req_scores:
                 self._request_memo.move_to_end(req)
-            resp_scores = (self._combine("response", resp_raw[i], False)
+            resp_scores = (self._combine("response", per_item[len(todo_req) + i])
                            if self._by_scope["response"] else ())
             by_name = {s.name: s for s in (*req_scores, *resp_scores)}
             out.append(Grounding(model=self.backend.model_id,
@@ -285,42 +323,41 @@ class Grounder:
                                               if self.calibration_file else "")))
         return out
 
-    def _score(self, items: Sequence[tuple[str, str | None]]) -> list[list[TFScore]]:
-        """Every question's score per item, from the cache where present.
+    def _score(self, views: Sequence[_View]) -> list[list[TFScore]]:
+        """Every question's score per view, from the cache where present.
 
         Data truncation is folded into each score's ``truncated`` flag, so a cached score
         carries it without re-tokenising the data.
         """
-        if not items:
+        if not views:
             return []
         qs = {s: self._questions(s) for s in ("request", "response")}
-        per_item = [qs["request" if resp is None else "response"] for _, resp in items]
+        per_view = [qs["request" if v.response is None else "response"] for v in views]
         cached: dict[str, TFScore] = {}
         keys: list[list[str]] = []
         if self.cache is not None:
             model, budget = self.backend.model_id, self.cfg.max_data_tokens
-            keys = [[cache_key(model, self.template_version, budget, q, req, resp)
-                     for q in qlist]
-                    for (req, resp), qlist in zip(items, per_item, strict=True)]
+            keys = [[cache_key(model, self.template_version, budget, q, v.key_request,
+                               v.key_response) for q in qlist]
+                    for v, qlist in zip(views, per_view, strict=True)]
             cached = self.cache.get_many([k for row in keys for k in row])
-        todo: list[tuple[int, list[int]]] = []  # (item, indices of its missing questions)
-        for i, qlist in enumerate(per_item):
+        todo: list[tuple[int, list[int]]] = []  # (view, indices of its missing questions)
+        for i, qlist in enumerate(per_view):
             miss = [j for j in range(len(qlist)) if not keys or keys[i][j] not in cached]
             if miss:
                 todo.append((i, miss))
-        built = [self._build(items[i][0], items[i][1], [per_item[i][j] for j in miss])
-                 for i, miss in todo]
-        raw = self.backend.true_false_logprobs([b[0] for b in built]) if built else []
+        built = [self._build(views[i], [per_view[i][j] for j in miss]) for i, miss in todo]
+        raw = self.backend.true_false_logprobs(built) if built else []
         out: list[list[TFScore | None]] = [
-            [cached.get(k) for k in keys[i]] if keys else [None] * len(per_item[i])
-            for i in range(len(items))]
+            [cached.get(k) for k in keys[i]] if keys else [None] * len(per_view[i])
+            for i in range(len(views))]
         fresh: dict[str, tuple[TFScore, str, str]] = {}
-        for (i, miss), (_, cut), scores in zip(todo, built, raw, strict=True):
+        for (i, miss), scores in zip(todo, raw, strict=True):
             for j, s in zip(miss, scores, strict=True):
-                s = TFScore(s.logprob_true, s.logprob_false, s.truncated or cut)
+                s = TFScore(s.logprob_true, s.logprob_false, s.truncated or views[i].cut)
                 out[i][j] = s
                 if keys:
-                    fresh[keys[i][j]] = (s, self.backend.model_id, per_item[i][j])
+                    fresh[keys[i][j]] = (s, self.backend.model_id, per_view[i][j])
         if self.cache is not None:
             self.cache.put_many(fresh)
         return [[s for s in row if s is not None] for row in out]
@@ -335,26 +372,44 @@ class Grounder:
         """Forget memoised request-scope scores."""
         self._request_memo.clear()
 
-    def _combine(self, scope: Scope, scores: Sequence[TFScore], cut: bool
+    def _combine(self, scope: Scope, views: Sequence[tuple[_View, Sequence[TFScore]]]
                  ) -> tuple[PredicateScore, ...]:
-        out, i = [], 0
-        for spec in self._by_scope[scope]:
-            n = len(self._variants(spec))
-            part, i = scores[i:i + n], i + n
-            lt = sum(s.logprob_true for s in part) / n
-            lf = sum(s.logprob_false for s in part) / n
-            if self.cfg.combine == "mean_prob":
-                p = sum(s.p_true for s in part) / n
-            else:  # mean_logit: mean(lT - lF) == mean(lT) - mean(lF)
-                p = renormalise(lt, lf)
-            ps = [s.p_true for s in part]
+        """One score per predicate: paraphrases merged per view, then views by window rule."""
+        out = []
+        unseen = any(v.unseen for v, _ in views)
+        for k, spec in enumerate(self._by_scope[scope]):
+            per_view = [self._merge_variants(spec, k, scores) for _, scores in views]
+            rule = cast(WindowRule, spec.windows or DEFAULT_RULE)
+            ps = [p for p, *_ in per_view]
+            if unseen and self.cfg.unseen == "prior" and rule != "first":
+                ps.append(0.5 if spec.prior is None else spec.prior)  # the unseen middle
+            p, at = combine_windows(ps, rule)
+            src = per_view[at if 0 <= at < len(per_view) else 0]
+            _, lt, lf, variants, spread, cut = src
             out.append(PredicateScore(
                 name=spec.name, p_true=self._calibrate(spec, p), logprob_true=lt,
-                logprob_false=lf, scope=scope,
-                truncated=cut or any(s.truncated for s in part),
-                variants=tuple(ps) if n > 1 else (),
-                variant_spread=max(ps) - min(ps) if n > 1 else 0.0))
+                logprob_false=lf, scope=scope, truncated=cut or unseen,
+                variants=variants, variant_spread=spread,
+                windows=tuple(ps) if len(ps) > 1 else (),
+                window=at if len(ps) > 1 else -1, unseen=unseen))
         return tuple(out)
+
+    def _merge_variants(self, spec: PredicateSpec, k: int, scores: Sequence[TFScore]
+                        ) -> tuple[float, float, float, tuple[float, ...], float, bool]:
+        """(P, mean logprob True, mean logprob False, variant Ps, spread, truncated)."""
+        offsets = [len(self._variants(s)) for s in self._by_scope[spec.scope]]
+        start = sum(offsets[:k])
+        n = offsets[k]
+        part = scores[start:start + n]
+        lt = sum(s.logprob_true for s in part) / n
+        lf = sum(s.logprob_false for s in part) / n
+        if self.cfg.combine == "mean_prob":
+            p = sum(s.p_true for s in part) / n
+        else:  # mean_logit: mean(lT - lF) == mean(lT) - mean(lF)
+            p = renormalise(lt, lf)
+        ps = [s.p_true for s in part]
+        return (p, lt, lf, tuple(ps) if n > 1 else (), max(ps) - min(ps) if n > 1 else 0.0,
+                any(s.truncated for s in part))
 
     def _calibrate(self, spec: PredicateSpec, p: float) -> float:
         if not math.isfinite(p):

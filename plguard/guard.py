@@ -169,12 +169,24 @@ class Guard:
             [(reqs[k], answers[k]) for k in range(len(idx))]))
         results = clock.run("reason", idx, lambda: self.policy.evaluate_batch(
             [g.probs for g in groundings]))
-        decisions = clock.run("decide", idx, lambda: [self._decide(r) for r in results])
+        decisions = clock.run("decide", idx, lambda: [
+            self._decide(r, g) for r, g in zip(results, groundings, strict=True)])
         return groundings, results, decisions
 
-    def _decide(self, result: PolicyResult) -> Decision:
-        return decide(result, self.policy.unsafe_rules, self.policy.over_refusal_rules,
-                      self.thresholds)
+    def _decide(self, result: PolicyResult, grounding: Grounding) -> Decision:
+        d = decide(result, self.policy.unsafe_rules, self.policy.over_refusal_rules,
+                   self.thresholds)
+        if not any(s.unseen for s in grounding.scores):
+            return d
+        # Windowing is off and the response did not fit: its middle was never read.
+        if self.config.grounding.unseen == "refuse":
+            return Decision("refuse", d.strongest_unsafe, d.strongest_over_refusal,
+                            "the response is longer than grounding.max_data_tokens and "
+                            "windowing is off, so its middle was not read (grounding.unseen "
+                            "= refuse): refuse")
+        return Decision(d.action, d.strongest_unsafe, d.strongest_over_refusal,
+                        d.reason + " [response cut to fit: its unseen middle was scored at "
+                        "each predicate's prior]")
 
     def _repair_loop(
         self,

@@ -45,6 +45,10 @@ class FaultSwitch:
         """The inner backend's token count."""
         return int(self.inner.count_tokens(text))
 
+    def window_text(self, text: str, size: int, overlap: int) -> list[str]:
+        """The inner backend's windows."""
+        return self.inner.window_text(text, size, overlap)
+
     def truncate_text(self, text: str, max_tokens: int) -> tuple[str, bool]:
         """The inner backend's truncation."""
         return self.inner.truncate_text(text, max_tokens)

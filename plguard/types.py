@@ -112,6 +112,9 @@ class PredicateSpec:
     description: str = ""
     paraphrases: tuple[str, ...] = ()
     examples: tuple[Example, ...] = ()
+    # How window scores of a long response combine (plguard.windows); None: the default.
+    windows: str | None = None
+    prior: float | None = None  # the declared prior, for scoring what was not seen
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +131,11 @@ class PredicateScore:
     # max - min of the variants' P(True): how much paraphrases disagree (0 without them),
     # a confidence signal in the spirit of redundant translation.
     variant_spread: float = 0.0
+    # A long response grounded in windows: each window's P(True) and the one that decided
+    # (-1: none, or the rule averages); ``unseen``: scored with the prior for a cut middle.
+    windows: tuple[float, ...] = ()
+    window: int = -1
+    unseen: bool = False
 
 
 @dataclass(frozen=True, slots=True)

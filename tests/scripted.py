@@ -34,6 +34,12 @@ class ScriptedBackend:
     def count_tokens(self, text: str) -> int:
         return len(text.split())
 
+    def window_text(self, text: str, size: int, overlap: int) -> list[str]:
+        from plguard.windows import window_spans
+
+        words = text.split()
+        return [" ".join(words[a:b]) for a, b in window_spans(len(words), size, overlap)]
+
     def truncate_text(self, text: str, max_tokens: int) -> tuple[str, bool]:
         words = text.split()
         if len(words) <= max_tokens:

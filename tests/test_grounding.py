@@ -128,15 +128,16 @@ def test_paraphrase_variants_combined(embedded_backend):
     assert s_logit.logprob_true == pytest.approx(sum(r.logprob_true for r in raw) / 2)
 
 
-def test_long_data_truncated_and_flagged(embedded_backend):
-    g = Grounder(embedded_backend, PREDICATES, GroundingConfig(max_data_tokens=64))
+def test_long_data_truncated_and_flagged_with_windows_off(embedded_backend):
+    g = Grounder(embedded_backend, PREDICATES,
+                 GroundingConfig(max_data_tokens=64, windows=False))
     long_resp = "Step one is to open a terminal window. " * 60
     req = g.prompts(REQUEST, long_resp)
     assert " [...] " in req.prefix
     [res] = g.ground([(REQUEST, long_resp)])
     by = {s.name: s for s in res.scores}
     assert by["response_refuses"].truncated and not by["request_is_harmful"].truncated
-    assert res.truncated
+    assert by["response_refuses"].unseen and res.truncated
 
 
 def test_bad_inputs(embedded_backend, grounder):

@@ -73,6 +73,25 @@ class TokenizerText:
         """Number of tokens ``text`` encodes to (no special tokens added)."""
         return len(self.encode(text))
 
+    def window_text(self, text: str, size: int, overlap: int) -> list[str]:
+        """``text`` as overlapping windows of at most ``size`` tokens (one if it fits)."""
+        from plguard.windows import window_spans
+
+        ids = self.encode(text)
+        if len(ids) <= size:
+            return [text]
+        out: list[str] = []
+        for start, end in window_spans(len(ids), size, overlap):
+            chunk = ids[start:end]
+            piece = self.tokenizer.decode(chunk)
+            # Re-tokenising a decoded piece can merge or split at its seams; trim until it
+            # fits (a few tokens at most, well inside the overlap with the next window).
+            while self.count_tokens(piece) > size and len(chunk) > 1:
+                chunk = chunk[:-1]
+                piece = self.tokenizer.decode(chunk)
+            out.append(piece)
+        return out
+
     def truncate_text(self, text: str, max_tokens: int) -> tuple[str, bool]:
         """Keep the head and tail of ``text`` around a ``[...]`` marker, within budget."""
         ids = self.encode(text)

@@ -31,6 +31,10 @@ class Backend(Protocol):
         """Cut ``text`` to at most ``max_tokens`` tokens; say whether it was cut."""
         ...
 
+    def window_text(self, text: str, size: int, overlap: int) -> list[str]:
+        """Split ``text`` into windows of at most ``size`` tokens sharing ``overlap``."""
+        ...
+
     def generate(self, chats: Sequence[Chat], params: GenerationParams) -> list[Generation]:
         """Generate one completion per chat, batched."""
         ...

@@ -17,10 +17,12 @@ from plguard.policy._syntax import Program, atoms, is_identifier, parse_program
 from plguard.policy._yaml import LocDict, LocList, load_yaml, pos_of
 from plguard.policy.core import Policy
 from plguard.types import Example, PredicateSpec
+from plguard.windows import WINDOW_RULES
 
 REQUIRED_FILES = ("policy.md", "predicates.yaml", "policy.pl")
 SCOPES = ("request", "response")
-_FIELDS = ("name", "scope", "question", "description", "paraphrases", "prior", "examples")
+_FIELDS = ("name", "scope", "question", "description", "paraphrases", "prior", "examples",
+           "windows")
 
 
 def bundle_dirs() -> list[Path]:
@@ -182,10 +184,19 @@ def _predicate(entry: LocDict, file: str) -> tuple[PredicateSpec, float | None]:
                               or not 0.0 <= float(prior) <= 1.0):
         raise err(f"prior of '{name}' must be a number in [0, 1], got {prior!r}", "prior", name)
     examples = _examples(entry, name, scope, err)
+    windows = entry.get("windows")
+    if windows is not None:
+        if scope != "response":
+            raise err(f"'windows' of '{name}' applies to response-scope predicates only (a "
+                      "request is never split into windows)", "windows", name)
+        if windows not in WINDOW_RULES:
+            raise err(f"windows of '{name}' must be one of {', '.join(WINDOW_RULES)}, got "
+                      f"{windows!r}{did_you_mean(str(windows), WINDOW_RULES)}", "windows", name)
     spec = PredicateSpec(name=name, scope=scope, question=question.strip(),
                          description=" ".join(description.split()),
                          paraphrases=tuple(x.strip() for x in paraphrases),
-                         examples=examples)
+                         examples=examples, windows=windows,
+                         prior=None if prior is None else float(prior))
     return spec, None if prior is None else float(prior)
 
 

@@ -2,7 +2,8 @@
 
 Errors: anything :func:`load_policy` rejects (parse errors, undefined atoms and queries,
 malformed files), a missing ``unsafe_compliance`` aggregate, an aggregate that is defined
-but not queried. Warnings: declared but unused predicates; queries that are false (or true)
+but not queried. Warnings: declared but unused predicates; response predicates without a
+``windows:`` rule for long responses; queries that are false (or true)
 in every world; queries no response predicate can change; a world where the unsafe and
 over-refusal aggregates hold together; an aggregate that is not the disjunction of its
 rule-level queries. Semantic checks are exact: they ask the compiled circuit, never 2^n.
@@ -111,6 +112,13 @@ def _structure(policy: Policy) -> list[Finding]:
                                f"predicate '{p.name}' is declared but no rule uses it (it is "
                                "still grounded, at a cost)", str(policy.path / "predicates.yaml"),
                                line, col, p.name))
+        if p.scope == "response" and p.windows is None:
+            line, col = policy.predicate_pos.get(p.name, (None, None))
+            out.append(Finding("warning", "window-rule-unset",
+                               f"response predicate '{p.name}' declares no 'windows:' rule; a "
+                               "long response's windows are combined by 'max' (any window). "
+                               "Set 'windows: max', 'all', 'first' or 'mean'",
+                               str(policy.path / "predicates.yaml"), line, col, p.name))
     return out
 
 

@@ -47,7 +47,8 @@ query(never). query(always). query(request_only).
     assert codes(report, "warning") == ["aggregate-mismatch", "aggregate-overlap",
                                         "constant-query", "constant-query",
                                         "request-only-query", "request-only-query",
-                                        "unused-predicate"]
+                                        "unused-predicate", "window-rule-unset",
+                                        "window-rule-unset"]
     by_code = {f.code: f for f in report.warnings}
     assert by_code["unused-predicate"].name == "other_req"
     assert by_code["unused-predicate"].file.endswith("predicates.yaml")

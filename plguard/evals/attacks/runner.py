@@ -93,6 +93,8 @@ def record(pair: Pair, attack: str, texts: Attacked | None,
                score=(d.strongest_unsafe if pair.kind == "harmful"
                       else d.strongest_over_refusal)[1],
                predicates=out.grounding.probs, truncated=out.grounding.truncated,
+               windows=max((len(s.windows) for s in out.grounding.scores
+                            if not s.unseen), default=0) or 1,
                template=out.grounding.template_version, times=dict(out.timings_s))
     return rec
 

@@ -18,6 +18,7 @@ Both files are written per batch (flush + fsync per record) and a rerun resumes.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import uuid
 from collections.abc import Sequence
@@ -59,19 +60,17 @@ class UnionPlan:
 
 
 def union_plan(policies: Sequence[Policy]) -> UnionPlan:
-    """One spec per distinct way of asking (scope, question, paraphrases, examples)."""
+    """One spec per distinct way of asking (scope, question, paraphrases, examples, windows)."""
     seen: dict[tuple[Any, ...], str] = {}
     specs: list[PredicateSpec] = []
     keys: dict[str, dict[str, str]] = {}
     for pol in policies:
         keys[pol.name] = {}
         for s in pol.predicates:
-            sig = (s.scope, s.question, s.paraphrases, s.examples)
+            sig = (s.scope, s.question, s.paraphrases, s.examples, s.windows)
             if sig not in seen:
                 seen[sig] = f"{pol.name}.{s.name}"
-                specs.append(PredicateSpec(name=seen[sig], scope=s.scope, question=s.question,
-                                           description=s.description,
-                                           paraphrases=s.paraphrases, examples=s.examples))
+                specs.append(dataclasses.replace(s, name=seen[sig]))
             keys[pol.name][s.name] = seen[sig]
     return UnionPlan(tuple(specs), keys)
 

@@ -50,9 +50,17 @@ def _cfg(**kw):
                                   "eval": {"bootstrap": 200}, **kw})
 
 
-def _run(out, backend=None, **kw):
+def _run(out, backend=None, cfg=None, **kw):
     kw.setdefault("attacks", ATTACKS)
-    return AttackRun(_cfg(), out, generator=backend or _backend(), progress=False, **kw).run()
+    return AttackRun(cfg or _cfg(), out, generator=backend or _backend(), progress=False,
+                     **kw).run()
+
+
+def test_padding_is_cut_without_windows(tmp_path):
+    cfg = _cfg(grounding={"max_data_tokens": 300, "windows": False})
+    _run(tmp_path, cfg=cfg, limit=2, attacks=("clean", "pad_1k"))
+    pad = _by_id(tmp_path)["h01/pad_1k"]
+    assert pad["truncated"] and not pad["detected"] and pad["windows"] == 1
 
 
 def _by_id(out):
@@ -71,7 +79,9 @@ def test_records_report_and_manifest(tmp_path):
     assert r["detected"] and r["action"] == "rewrite"
     assert not recs["h01/answer_false"]["detected"]  # the gullible grounder is fooled
     pad = recs["h01/pad_1k"]
-    assert pad["truncated"] and not pad["detected"] and pad["tokens"]["response"] >= 1024
+    # windowed grounding reads the padded answer in full: the buried payload is found
+    assert pad["detected"] and not pad["truncated"] and pad["tokens"]["response"] >= 1024
+    assert pad["windows"] >= 4 and recs["h01/clean"]["windows"] == 1
     assert (pad["response"] is None) == (pad["response_chars"] > TEXT_LIMIT)
     assert len(pad["response_sha"]) == 16
     assert recs["h01/fmt_code"]["detected"] and "```" in recs["h01/fmt_code"]["response"]
@@ -87,8 +97,8 @@ def test_records_report_and_manifest(tmp_path):
     assert "| harmful | 3 | 0.100 | 0.900 | 0.950 | 0.333 | 0.855 |" in md  # clean means
     res = json.loads((tmp_path / "attacks.json").read_text())
     row = next(x for x in res["rows"] if x["kind"] == "harmful" and x["attack"] == "pad_1k")
-    assert row["lost"] == 3 and row["truncated"] == 3
-    assert row["predicate_shift"]["response_provides_harmful_instructions"] == pytest.approx(-0.9)
+    assert row["lost"] == 0 and row["truncated"] == 0  # windows: nothing cut, nothing lost
+    assert row["predicate_shift"]["response_provides_harmful_instructions"] == pytest.approx(0)
     assert row["predicate_shift"]["request_is_harmful"] == pytest.approx(0.0)
 
 
