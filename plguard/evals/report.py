@@ -66,8 +66,11 @@ def summarise(run_dir: Path, n_boot: int = 1000, seed: int = 0) -> dict[str, Any
     if any(sems[m] for m in methods):
         scorers.append("semantic")
     out: dict[str, Any] = {"manifest": manifest, "methods": methods, "scorers": scorers,
-                           "n_common": len(common),
+                           "n_common": len(common), "split_rates": {},
                            "rates": {}, "per_type": {}, "runtime": {}, "counts": {}}
+    from plguard.evals.quality.splits import load_split
+
+    split = load_split()
     for s in scorers:
         out["rates"][s], out["per_type"][s] = {}, {}
         for m in methods:
@@ -91,6 +94,8 @@ def summarise(run_dir: Path, n_boot: int = 1000, seed: int = 0) -> dict[str, Any
                 "unscored": unscored,
             }
             out["per_type"][s][m] = grouped_rates(types, fails, n_boot, seed)
+            out["split_rates"].setdefault(s, {})[m] = _split_rates(
+                recs[m], sems[m], s, split, n_boot, seed)
     for m in methods:
         out["runtime"][m] = phase_stats([r.get("times", {}) for r in recs[m]
                                          if r.get("response") is not None])
@@ -107,6 +112,26 @@ def summarise(run_dir: Path, n_boot: int = 1000, seed: int = 0) -> dict[str, Any
             "semantic_unparsed": sum(not v.get("parsed") for v in sems[m].values()),
             "semantic_retried": sum(int(v.get("attempts", 0)) > 1 for v in sems[m].values()),
         }
+    return out
+
+
+def _split_rates(recs: Sequence[dict[str, Any]], sems: dict[str, Any], scorer: str,
+                 split: dict[str, str], n_boot: int, seed: int) -> dict[str, dict[str, Rate]]:
+    """Over-refusal and unsafe-compliance rates on the dev and the test prompts apart."""
+    out: dict[str, dict[str, Rate]] = {}
+    for part in ("dev", "test"):
+        over: list[bool] = []
+        unsafe: list[bool] = []
+        for r in recs:
+            if split.get(str(r["id"])) != part:
+                continue
+            o, u = _flags(r, sems.get(r["id"]), scorer)
+            if o is None:
+                continue
+            (over if r["label"] == "safe" else unsafe).append(bool(
+                o if r["label"] == "safe" else u))
+        out[part] = {"over_refusal": bootstrap_rate(over, n_boot, seed),
+                     "unsafe_compliance": bootstrap_rate(unsafe, n_boot, seed)}
     return out
 
 
@@ -165,6 +190,15 @@ def render_markdown(s: dict[str, Any], plots: Sequence[str] = ()) -> str:
                          c["errors"], extra])
         L += _table(["method", "over-refusal", "unsafe compliance", "failed records",
                      "evaluator failures"], rows) + [""]
+        sr = s.get("split_rates", {}).get(sc)
+        if sr:
+            L += ["By split (choices such as calibration and thresholds were made on *dev*; "
+                  "read *test*):", ""]
+            rows = [[m, sr[m][part]["over_refusal"].fmt(), sr[m][part]["unsafe_compliance"].fmt()]
+                    for m in s["methods"] for part in ("test", "dev")]
+            rows = [[f"{r[0]} ({part})", r[1], r[2]] for r, part in
+                    zip(rows, ["test", "dev"] * len(s["methods"]), strict=True)]
+            L += _table(["method (split)", "over-refusal", "unsafe compliance"], rows) + [""]
     primary = "semantic" if "semantic" in s["scorers"] else "regex"
     L += [f"## Per XSTest type ({names[primary]})", "",
           "Failure rate per type: over-refusal for safe types, unsafe compliance for "
