@@ -3,7 +3,7 @@
 Grounds a seeded, stratified subset of the labelled XSTest completions with and without
 paraphrases through the grounding cache: the second pass reuses the main questions' rows,
 so it makes no model calls. Run from the repo root:
-    OMP_NUM_THREADS=1 python eval/results/ablation-cpu/run_paraphrases.py N
+    OMP_NUM_THREADS=1 python scripts/results/run_paraphrases.py N
 """
 import sys
 from pathlib import Path
@@ -12,7 +12,7 @@ from plguard.config import GuardConfig
 from plguard.evals.labelled import guard_labelled
 
 n = int(sys.argv[1]) if len(sys.argv) > 1 else 40
-here = Path(__file__).parent
+here = Path(__file__).resolve().parents[2] / "eval" / "results" / "ablation-cpu"
 for para in (True, False):
     cfg = GuardConfig.from_dict({"policy": "minimal", "grounding": {
         "cache": "default", "paraphrases": para}})

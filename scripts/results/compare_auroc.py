@@ -1,6 +1,6 @@
 """AUROC of the guard-as-classifier scores across guard-labelled folders, paired bootstrap.
 
-    python eval/results/ablation-cpu/compare_auroc.py DIR_A DIR_B [DIR_C ...]
+    python scripts/results/compare_auroc.py DIR_A DIR_B [DIR_C ...]
 
 The first folder is the reference: the interval is of (other - reference) AUROC, from
 the same resampled pairs (seed 0, 1000 resamples), over pairs present in every folder.

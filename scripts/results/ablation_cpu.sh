@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates every result in this folder (CPU, embedded SmolLM2-135M-Instruct).
+# Regenerates every result in eval/results/ablation-cpu (CPU, embedded SmolLM2-135M-Instruct).
 # Model work goes through the grounding cache (~/.cache/plguard/grounding.sqlite), so a
 # rerun after the first only replays saved scores.
 set -euo pipefail
@@ -11,11 +11,11 @@ export OMP_NUM_THREADS=1
 plguard ablate --run $R/xstest-run --policies minimal moderate detailed very_detailed --limit 8
 
 # 2. Redundant grounding: minimal policy on 200 labelled completions, with/without paraphrases.
-python $R/run_paraphrases.py 200
-python $R/compare_auroc.py $R/labelled-minimal-para $R/labelled-minimal-nopara > $R/paraphrases.md
+python scripts/results/run_paraphrases.py 200
+python scripts/results/compare_auroc.py $R/labelled-minimal-para $R/labelled-minimal-nopara > $R/paraphrases.md
 
 # 3. Calibration fitted on the paraphrase run's scores (split by prompt id, half held out).
-plguard calibrate --labelled $R/labelled-minimal-para --out $R/calibration-minimal.json
+plguard calibrate --labelled $R/labelled-minimal-para --out-file $R/calibration-minimal.json
 
 # 4. Threshold sweep: labelled completions (minimal) and the ablation's four policies.
 plguard sweep --run $R/labelled-minimal-para $R/xstest-run --max-unsafe 0.2 \
@@ -26,5 +26,5 @@ plguard sweep --run $R/labelled-minimal-para $R/xstest-run --max-unsafe 0.2 \
 plguard eval guard-labelled --policy minimal --limit 200 --no-judge \
   --set grounding.cache=default --set grounding.calibration=$R/calibration-minimal.json \
   --out $R/labelled-minimal-para-calibrated
-python $R/compare_auroc.py $R/labelled-minimal-para $R/labelled-minimal-para-calibrated \
+python scripts/results/compare_auroc.py $R/labelled-minimal-para $R/labelled-minimal-para-calibrated \
   > $R/calibrated-auroc.md
