@@ -41,6 +41,17 @@ class GenerationParams:
     # outputs (vLLM); backends without them generate freely and callers parse leniently.
     json_schema: str | None = None
 
+    @property
+    def greedy(self) -> bool:
+        """Decode greedily: the temperature is below :data:`GREEDY_BELOW_TEMPERATURE`."""
+        return not self.temperature >= GREEDY_BELOW_TEMPERATURE
+
+
+#: Temperatures below this decode greedily. Dividing logits by a temperature near zero
+#: (1e-300 is a valid OpenAI ``temperature``) overflows them to inf and sampling fails;
+#: vLLM uses the same cut-off.
+GREEDY_BELOW_TEMPERATURE = 1e-5
+
 
 @dataclass(frozen=True, slots=True)
 class Generation:

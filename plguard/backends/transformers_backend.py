@@ -158,7 +158,7 @@ class TransformersBackend(TokenizerText):
         for i, p in enumerate(prompts):
             input_ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
             mask[i, width - len(p):] = 1
-        sample = params.temperature > 0
+        sample = not params.greedy
         kwargs: dict[str, Any] = {"max_new_tokens": max_new, "do_sample": sample,
                                   "pad_token_id": self.pad_id}
         if sample:

@@ -274,7 +274,7 @@ class VLLMBackend(TokenizerText):
                 cut[i] = ids[-limit:]
             else:
                 fit.append(i)
-        sample = params.temperature > 0
+        sample = not params.greedy
         extra: dict[str, Any] = {}
         if params.json_schema is not None:
             from vllm.sampling_params import StructuredOutputsParams

@@ -73,6 +73,15 @@ def test_sampling_is_seeded(embedded_backend):
     assert a == b
 
 
+@pytest.mark.parametrize("temperature", [1e-300, 5e-324, 1e-6])
+def test_near_zero_temperature_is_greedy(embedded_backend, temperature):
+    # Found by fuzzing the server: logits / 1e-300 overflow to inf and sampling raised.
+    greedy = embedded_backend.generate([_chat(PROMPTS[0])], GenerationParams(max_new_tokens=4))
+    tiny = GenerationParams(max_new_tokens=4, temperature=temperature)
+    assert tiny.greedy and not GenerationParams(temperature=1e-5).greedy
+    assert embedded_backend.generate([_chat(PROMPTS[0])], tiny)[0].text == greedy[0].text
+
+
 def test_overlong_prompt_is_truncated_not_raised(embedded_backend):
     small = _small_context(embedded_backend, 64)
     long_text = "Tell me about rivers. " * 60
