@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -10,13 +11,41 @@ from plguard.types import ROLES, Chat, Message
 
 MessagesLike = str | Message | Mapping[str, Any] | Sequence[Message | Mapping[str, Any]]
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def lone_surrogate(text: str) -> str | None:
+    r"""Where ``text`` holds a lone UTF-16 surrogate, a short description of it; else None.
+
+    JSON lets ``"\ud800"`` through and Python keeps it in a ``str``, but such a string is
+    not Unicode text: tokenizers refuse it and it cannot be encoded as UTF-8 to answer.
+    """
+    m = _SURROGATE.search(text)
+    if m is None:
+        return None
+    return (f"contains a lone UTF-16 surrogate (U+{ord(m.group()):04X}) at character "
+            f"{m.start()}, which is not valid Unicode text")
+
+
+def replace_lone_surrogates(text: str) -> str:
+    """``text`` with each lone surrogate replaced by U+FFFD, for text plguard did not ask for."""
+    return _SURROGATE.sub("\ufffd", text)
+
+
+def check_text(text: str, where: str) -> str:
+    """``text`` if it is valid Unicode text; otherwise an InputError naming ``where``."""
+    problem = lone_surrogate(text)
+    if problem:
+        raise InputError(f"{where}: {problem}")
+    return text
+
 
 def to_chat(messages: Any, where: str = "messages") -> Chat:
     """Normalise ``messages`` (a string, Message, dict or list of them) to a Chat."""
     if isinstance(messages, str):
         if not messages.strip():
             raise InputError(f"{where}: the prompt is empty")
-        return (Message("user", messages),)
+        return (Message("user", check_text(messages, where)),)
     if isinstance(messages, Message | Mapping):
         messages = [messages]
     if messages is None or not isinstance(messages, Sequence):
@@ -49,7 +78,7 @@ def _message(m: Any, where: str) -> Message:
                          f"valid roles: {', '.join(ROLES)}")
     if not isinstance(content, str):
         raise InputError(f"{where}.content: must be a string, got {type(content).__name__}")
-    return Message(role, content)
+    return Message(role, check_text(content, f"{where}.content"))
 
 
 def request_text(chat: Chat) -> str:
@@ -61,4 +90,4 @@ def check_response(response: Any, where: str = "response") -> str:
     """A response to guard must be a string (it may be empty)."""
     if not isinstance(response, str):
         raise InputError(f"{where}: must be a string, got {type(response).__name__}")
-    return response
+    return check_text(response, where)

@@ -5,7 +5,7 @@ import pytest
 
 from plguard.config import GuardConfig
 from plguard.errors import ConfigError, InputError
-from plguard.messages import request_text, to_chat
+from plguard.messages import check_response, replace_lone_surrogates, request_text, to_chat
 
 
 def test_string_prompt_becomes_user_message():
@@ -31,6 +31,8 @@ def test_last_user_message_is_request():
         ([{"role": "usr", "content": "x"}], "did you mean 'user'"),
         ([{"role": "system", "content": "x"}], "no message has role 'user'"),
         ([42], "messages[0]: a message must be a mapping"),
+        ("hi \ud800", "messages: contains a lone UTF-16 surrogate (U+D800) at character 3"),
+        ([{"role": "user", "content": "\udfff"}], "messages[0].content: contains a lone"),
     ],
 )
 def test_bad_messages(messages, needle):
@@ -69,3 +71,10 @@ def test_import_plguard_does_not_import_torch_or_vllm():
             "print('torch' in sys.modules, 'vllm' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False False"
+
+
+def test_lone_surrogates_in_a_response():
+    with pytest.raises(InputError, match="response: contains a lone UTF-16 surrogate"):
+        check_response("ok \udc80")
+    assert check_response("\U0001f600 \u202e\x00") == "\U0001f600 \u202e\x00"  # valid text
+    assert replace_lone_surrogates("a\ud800b\U0001f600") == "a\ufffdb\U0001f600"

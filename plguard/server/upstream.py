@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 
 from plguard.config import ServerConfig
+from plguard.messages import replace_lone_surrogates
 
 
 class UpstreamError(Exception):
@@ -69,7 +70,9 @@ class UpstreamClient:
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise UpstreamError(f"upstream {self.base_url} gave no answer in "
                                 f"choices[0].message.content: {r.text[:300]}") from exc
-        return content if isinstance(content, str) else ""
+        # JSON can carry lone surrogates (\ud800 escapes); the guard could neither tokenize
+        # nor return them, and the draft is the upstream's text, not the client's input.
+        return replace_lone_surrogates(content) if isinstance(content, str) else ""
 
     async def aclose(self) -> None:
         """Close the connection pool."""
