@@ -7,7 +7,8 @@ chat API with a ``plguard`` trace attached. Everything shared lives on ``app.sta
 Error contract: every non-2xx answer is ``{"error": {"message", "type", "param", "code"}}``;
 malformed JSON 400, wrong types 422, missing/wrong API key 401, unknown model 404,
 oversized body 413, the Guard failing 503 (the batch fails, the server keeps serving), the
-upstream server failing 502.
+upstream server failing 502 (errors.py). Each route documents its statuses in the
+OpenAPI schema (``app.openapi()``, see openapi.py), and the fuzz tests hold the server to it.
 
 Streaming (``stream: true``) sends the final answer as server-sent events only once the
 guard has decided: the answer may be replaced by a repair or a refusal, so no token can be
@@ -29,14 +30,14 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from plguard.config import ServerConfig
 from plguard.errors import InputError
 from plguard.messages import to_chat
 from plguard.server.batching import BatchOutcome, DynamicBatcher, GenKey, GuardUnavailable
+from plguard.server.errors import ApiError, add_error_handlers
+from plguard.server.openapi import error_responses, install_openapi
 from plguard.server.schemas import (
     POLICY_FIELDS,
     AssistantMessage,
@@ -56,7 +57,6 @@ from plguard.server.schemas import (
     PlguardInfo,
     RuleScore,
     Usage,
-    error_json,
 )
 from plguard.server.upstream import UpstreamClient, UpstreamError
 from plguard.types import Chat
@@ -73,21 +73,6 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 # An oversized body is read and dropped up to this much before the 413 goes out: closing
 # a socket with unread data makes the client see a connection reset instead of the 413.
 _DRAIN_LIMIT = 64 * 1024 * 1024
-
-
-class ApiError(Exception):
-    """An error answered with an OpenAI-style body."""
-
-    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
-                 param: str | None = None, code: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.type, self.param, self.code = (
-            status, message, type, param, code)
-
-    def response(self) -> JSONResponse:
-        """The HTTP answer."""
-        return JSONResponse(error_json(self.message, type=self.type, param=self.param,
-                                       code=self.code), status_code=self.status)
 
 
 class _Gate:
@@ -193,34 +178,10 @@ def build_app(guard: Guard, settings: ServerConfig | None = None) -> FastAPI:
     app.state.started = int(time.time())
     app.add_middleware(_Gate, api_key=os.environ.get(settings.api_key_env, ""),
                        max_body_bytes=settings.max_body_bytes)
-    _add_error_handlers(app)
+    add_error_handlers(app)
     _add_routes(app)
+    install_openapi(app, settings.model_name)
     return app
-
-
-def _add_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(ApiError)
-    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
-        return exc.response()
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = list(exc.errors())
-        if any(e.get("type") == "json_invalid" for e in errors):
-            return ApiError(400, "the request body is not valid JSON",
-                            code="invalid_json").response()
-        first = errors[0] if errors else {}
-        loc = [str(x) for x in first.get("loc", ()) if x != "body"]
-        param = ".".join(loc) or None
-        msg = "; ".join(f"{'.'.join(str(x) for x in e.get('loc', ()) if x != 'body') or 'body'}"
-                        f": {e.get('msg', 'invalid')}" for e in errors[:5])
-        return ApiError(422, msg, param=param, code="invalid_value").response()
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        msg = (f"no route {request.method} {request.url.path}" if exc.status_code == 404
-               else str(exc.detail))
-        return ApiError(exc.status_code, msg, code=f"http_{exc.status_code}").response()
 
 
 def _add_routes(app: FastAPI) -> None:
@@ -233,16 +194,18 @@ def _add_routes(app: FastAPI) -> None:
                       requests=stats.requests, failed_batches=stats.failed_batches,
                       max_batch_size=state.settings.max_batch_size)
 
-    @app.get("/v1/models")
+    @app.get("/v1/models", responses=error_responses(401))
     async def models(request: Request) -> ModelList:
         return ModelList(data=[_card(request)])
 
-    @app.get("/v1/models/{model}")
+    @app.get("/v1/models/{model}", responses=error_responses(401, 404))
     async def model(model: str, request: Request) -> ModelCard:
         _check_model(model, request.app.state.settings)
         return _card(request)
 
-    @app.post("/v1/chat/completions", response_model=None)
+    @app.post("/v1/chat/completions", response_model=None,
+              responses={200: {"model": ChatCompletion},
+                         **error_responses(400, 401, 404, 413, 422, 502, 503)})
     async def chat_completions(body: ChatCompletionRequest,
                                request: Request) -> JSONResponse | StreamingResponse:
         state = request.app.state
@@ -271,7 +234,9 @@ def _add_routes(app: FastAPI) -> None:
                                               "X-Accel-Buffering": "no"})
         return JSONResponse(completion.model_dump(mode="json"))
 
-    @app.post("/v1/guard/check")
+    @app.post("/v1/guard/check", response_model=None,
+              responses={200: {"model": ChatCompletion},
+                         **error_responses(400, 401, 404, 413, 422, 503)})
     async def guard_check(body: GuardCheckRequest, request: Request) -> JSONResponse:
         state = request.app.state
         _reject_policy_fields(body)

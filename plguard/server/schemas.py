@@ -11,10 +11,11 @@ loosened the guard.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
+from plguard.messages import lone_surrogate
 from plguard.types import Action
 
 #: Request fields that try to set what the server fixes at start; they are rejected (400).
@@ -27,30 +28,68 @@ FinishReason = Literal["stop", "length", "content_filter"]
 Mode = Literal["local", "upstream", "check"]
 
 
+def _unicode(value: str) -> str:
+    problem = lone_surrogate(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+#: A request string: lone surrogates (\ud800 escapes in JSON) are refused where they arrive,
+#: since the model's tokenizer cannot take them and a batch that holds one would fail.
+Text = Annotated[str, AfterValidator(_unicode)]
+
+#: JSON Schema of a message list with at least one user message (the guard judges the last).
+_HAS_USER: dict[str, Any] = {"contains": {"type": "object", "required": ["role"],
+                                          "properties": {"role": {"const": "user"}}}}
+
+
 class _Request(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
+
+
+#: JSON Schema of a top-level request body: any field but the policy ones.
+_NO_POLICY_FIELDS: dict[str, Any] = {"propertyNames": {"not": {"enum": sorted(POLICY_FIELDS)}}}
 
 
 class ContentPart(_Request):
     """One part of a list-valued message content; only text parts are supported."""
 
-    type: str
-    text: str | None = None
+    type: Literal["text"]
+    text: Text
+
+
+_TOOL_ROLES = frozenset({"tool", "function"})
 
 
 class ChatMessage(_Request):
-    """One message of a chat request (``developer`` is read as ``system``)."""
+    """One message of a chat request (``developer`` is read as ``system``).
+
+    Only text is guarded: image, audio and file parts, and tool or function results, are
+    refused (422) rather than dropped, since the guard would pass them on unread.
+    """
 
     role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[ContentPart] | None = None
+    content: Text | list[ContentPart] | None = None
 
-    @field_validator("content")
+    @field_validator("role", mode="before")
     @classmethod
-    def _text_only(cls, v: str | list[ContentPart] | None) -> str | list[ContentPart] | None:
+    def _no_tool_roles(cls, v: Any) -> Any:
+        if isinstance(v, str) and v in _TOOL_ROLES:
+            raise ValueError(f"role {v!r} is not supported: plguard guards text chats of "
+                             "system, developer, user and assistant messages, and cannot "
+                             "guard tool or function results")
+        return v
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text_parts_only(cls, v: Any) -> Any:
         if isinstance(v, list):
-            bad = [p.type for p in v if p.type != "text" or p.text is None]
-            if bad:
-                raise ValueError(f"only text content parts are supported, got {bad[0]!r}")
+            for part in v:
+                kind = part.get("type") if isinstance(part, dict) else None
+                if isinstance(kind, str) and kind != "text":
+                    raise ValueError(f"only text content parts are supported, got {kind!r}: "
+                                     "plguard cannot guard images, audio or files")
         return v
 
     def text(self) -> str:
@@ -59,7 +98,7 @@ class ChatMessage(_Request):
             return ""
         if isinstance(self.content, str):
             return self.content
-        return "".join(p.text or "" for p in self.content)
+        return "".join(p.text for p in self.content)
 
     def as_dict(self) -> dict[str, str]:
         """The message as the Guard (and an upstream server) takes it."""
@@ -70,13 +109,29 @@ class ChatMessage(_Request):
 class ChatCompletionRequest(_Request):
     """``POST /v1/chat/completions``."""
 
-    model: str
-    messages: list[ChatMessage] = Field(min_length=1)
+    model_config = ConfigDict(json_schema_extra=_NO_POLICY_FIELDS)
+
+    model: Text
+    messages: list[ChatMessage] = Field(min_length=1, json_schema_extra=_HAS_USER)
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0, le=2)
     stream: bool = False
     n: int = Field(1, ge=1, le=1, description="Only one choice per request is supported.")
+
+    @field_validator("max_tokens", "max_completion_tokens", "n", mode="before")
+    @classmethod
+    def _whole_number(cls, v: Any) -> Any:
+        # JSON has one number type: 16.0 is the integer 16 (as JSON Schema's "integer"
+        # says too); 16.5 and "16" stay wrong types.
+        return int(v) if isinstance(v, float) and v.is_integer() else v
+
+    @field_validator("n", mode="before")
+    @classmethod
+    def _one_choice(cls, v: Any) -> Any:
+        if isinstance(v, int | float) and not isinstance(v, bool) and v > 1:
+            raise ValueError("only n=1 is supported: the guard decides one answer per request")
+        return v
 
     @property
     def requested_tokens(self) -> int | None:
@@ -87,9 +142,11 @@ class ChatCompletionRequest(_Request):
 class GuardCheckRequest(_Request):
     """``POST /v1/guard/check``: guard a given response; nothing is generated."""
 
-    model: str | None = None
-    messages: list[ChatMessage] = Field(min_length=1)
-    response: str
+    model_config = ConfigDict(json_schema_extra=_NO_POLICY_FIELDS)
+
+    model: Text | None = None
+    messages: list[ChatMessage] = Field(min_length=1, json_schema_extra=_HAS_USER)
+    response: Text
 
 
 class RuleScore(BaseModel):

@@ -119,6 +119,9 @@ def _assert_error(r: httpx.Response, status: int, code: str | None = None) -> di
      "messages.0.role"),
     ({"model": "plguard", "messages": [{"role": "user", "content": [
         {"type": "image_url", "image_url": {"url": "http://x"}}]}]}, 422, "messages.0.content"),
+    ({"model": "plguard", "messages": [*USER, {"role": "tool", "tool_call_id": "c1",
+                                                "content": "22C"}]}, 422, "messages.1.role"),
+    ({"model": "plguard", "messages": USER, "max_tokens": 16.5}, 422, "max_tokens"),
 ])
 async def test_wrong_types_are_422(client, body, status, param):
     err = _assert_error(await client.post("/v1/chat/completions", json=body), status)
@@ -129,6 +132,36 @@ async def test_malformed_json_is_400(client):
     r = await client.post("/v1/chat/completions", content=b'{"model": "plguard", "messages": [',
                           headers={"content-type": "application/json"})
     _assert_error(r, 400, "invalid_json")
+    # Bodies the JSON parser raises on (not JSONDecodeError): a clear 400, not FastAPI's
+    # "There was an error parsing the body".
+    for body, why in [(b'{"model": "\xff"}', "not UTF-8"), (b"[" * 50_000, "nested too deeply"),
+                      (b'{"n": ' + b"9" * 5000 + b"}", "digits")]:
+        r = await client.post("/v1/chat/completions", content=body,
+                              headers={"content-type": "application/json"})
+        assert why in _assert_error(r, 400, "invalid_json")["message"]
+
+
+@pytest.mark.parametrize(("body", "ctype"), [(b"null", "application/json"), (b"", None),
+                                             (b'{"model": "plguard"}', "text/plain")])
+async def test_a_body_that_is_not_a_json_object_is_422(client, body, ctype):
+    headers = {"content-type": ctype} if ctype else {}
+    r = await client.post("/v1/chat/completions", content=body, headers=headers)
+    assert "must be a JSON object" in _assert_error(r, 422, "invalid_value")["message"]
+
+
+@pytest.mark.parametrize(("path", "body", "param"), [
+    ("/v1/guard/check", b'{"messages": [{"role": "user", "content": "hi"}], '
+                        b'"response": "a\\ud800"}', "response"),
+    ("/v1/chat/completions", b'{"model": "plguard", "messages": [{"role": "user", '
+                             b'"content": [{"type": "text", "text": "\\udfff"}]}]}',
+     "messages.0.content.0.text"),
+])
+async def test_lone_surrogates_are_422(client, path, body, param):
+    # JSON's \ud800 escape is a str Python keeps but no tokenizer takes and no answer can
+    # encode: it was a 500 (a checked response) and a failed batch (a message).
+    r = await client.post(path, content=body, headers={"content-type": "application/json"})
+    err = _assert_error(r, 422, "invalid_value")
+    assert err["param"] == param and "surrogate" in err["message"]
 
 
 async def test_no_user_message_is_400(client):

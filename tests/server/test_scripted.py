@@ -123,7 +123,8 @@ async def test_max_tokens_is_clamped_to_the_cap(minimal_policy):
     guard = _guard(backend, minimal_policy, generation={"max_new_tokens": 40})
     app = build_app(guard, ServerConfig(max_tokens_cap=64))
     async with _client(app) as c:
-        for extra in ({"max_tokens": 100_000}, {"max_tokens": 7}, {},
+        # 7.0: JSON has one number type, so a whole float is an integer.
+        for extra in ({"max_tokens": 100_000}, {"max_tokens": 7.0}, {},
                       {"max_completion_tokens": 9, "temperature": 0.5}):
             assert (await c.post("/v1/chat/completions",
                                  json=_ask("hello", **extra))).status_code == 200
@@ -185,3 +186,25 @@ async def test_unreachable_upstream_is_502_and_nothing_is_guarded(minimal_policy
         assert r.json()["error"]["type"] == "upstream_error"
         assert (await c.get("/health")).json()["mode"] == "upstream"
     assert backend.generate_calls == [] and backend.score_calls == []
+
+
+async def test_lone_surrogates_in_an_upstream_draft_are_replaced(minimal_policy):
+    # JSON lets an upstream send "\ud800"; the answer could not be encoded (it was a 500).
+    from fastapi import FastAPI, Response
+
+    from plguard.testing import LiveServer
+
+    upstream = FastAPI()
+
+    @upstream.post("/v1/chat/completions")
+    async def chat() -> Response:
+        return Response(b'{"choices": [{"message": {"content": "ok \\ud800 \\udfff"}}]}',
+                        media_type="application/json")
+
+    with LiveServer(upstream) as server:
+        app = build_app(_guard(SlowScripted(), minimal_policy),
+                        ServerConfig(upstream_url=server.url + "/v1"))
+        async with _client(app) as c:
+            r = await c.post("/v1/chat/completions", json=_ask("hello"))
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["message"]["content"] == "ok \ufffd \ufffd"
