@@ -216,7 +216,7 @@ def test_hostile_requests_embedded_model(embedded_backend, minimal_policy):
                                         max_wait_ms=0))
     tally = Tally("hostile requests, embedded model")
     with LiveServer(app) as server:
-        _run_probes(server.url, tally, 24, timeout_s=120)
+        _run_probes(server.url, tally, 40, timeout_s=120)
         _still_serving(server.url)
     assert "200" in tally.outcomes(CHAT) | tally.outcomes(CHECK), tally.counts
 
