@@ -47,12 +47,20 @@ def _run_config(run: Path, config: GuardConfig | None, cache: str | None) -> Gua
     return GuardConfig.from_dict(config.model_dump(), **overrides)
 
 
-def base_records(run: Path, limit: int | None = None) -> list[dict[str, Any]]:
-    """The run's base drafts that have a response and a regex class, in file order."""
+def base_records(run: Path, limit: int | None = None, split: str = "all"
+                 ) -> list[dict[str, Any]]:
+    """The run's base drafts that have a response and a regex class, in file order.
+
+    ``split`` keeps the prompts of one part of the committed XSTest split.
+    """
     path = run / "base.jsonl"
     if not path.is_file():
         raise InputError(f"{run}: no base.jsonl; run `plguard eval xstest` first")
-    recs = [r for r in read_jsonl(path) if r.get("response") is not None and r.get("regex")]
+    from plguard.evals.quality.splits import check_split, in_split, load_split
+
+    table = load_split() if check_split(split) != "all" else {}
+    recs = [r for r in read_jsonl(path) if r.get("response") is not None and r.get("regex")
+            and in_split(str(r["id"]), split, table)]
     # Alternate safe and unsafe prompts (file order within each), so a small limit still
     # has both: XSTest has more safe prompts, and both rates need their own class.
     by = [[r for r in recs if r.get("label") == lab] for lab in ("safe", "unsafe")]
@@ -64,12 +72,15 @@ def base_records(run: Path, limit: int | None = None) -> list[dict[str, Any]]:
 
 def ablate(run_dir: str | Path, policies: Sequence[str] = POLICIES, *,
            config: GuardConfig | None = None, limit: int | None = None,
-           cache: str | None = "default", generator: Backend | None = None,
-           progress: bool = True, plot: bool = True) -> dict[str, Any]:
+           split: str = "all", cache: str | None = "default", generator: Backend | None = None,
+           calibrations: str | Path | None = None, progress: bool = True,
+           plot: bool = True) -> dict[str, Any]:
     """Ground every policy on the run's drafts; write the report files; return the summary.
 
     ``generator`` replaces the configured model (tests pass a loaded or scripted one); it
-    is loaded once and shared by every policy's Guard.
+    is loaded once and shared by every policy's Guard. ``calibrations`` is a folder of
+    ``calibration-<policy>.json`` files: each policy found there is calibrated and decided
+    at its fitted thresholds.
     """
     from tqdm import tqdm
 
@@ -78,7 +89,7 @@ def ablate(run_dir: str | Path, policies: Sequence[str] = POLICIES, *,
 
     run = Path(run_dir)
     cfg = _run_config(run, config, cache)
-    recs = base_records(run, limit)
+    recs = base_records(run, limit, split)
     if not recs:
         raise InputError(f"{run}/base.jsonl: no drafts with a response")
     backend = generator or load_backend(cfg.generator)
@@ -88,9 +99,19 @@ def ablate(run_dir: str | Path, policies: Sequence[str] = POLICIES, *,
     per_policy: dict[str, Any] = {}
     bs = cfg.generator.batch_size
     for name in policies:
-        pcfg = GuardConfig.from_dict(cfg.model_dump(), policy=name)
+        over: dict[str, Any] = {"policy": name}
+        cal = Path(calibrations) / f"calibration-{name}.json" if calibrations else None
+        if cal is not None and cal.is_file():
+            over["grounding.calibration"] = str(cal)
+        pcfg = GuardConfig.from_dict(cfg.model_dump(), **over)
         guard = Guard(pcfg, generator=backend)
         store = JsonlStore(out / "ablation" / f"{name}.jsonl")
+        label = guard.grounder.calibration_file.label if guard.grounder.calibration_file else ""
+        stale = {str(r.get("calibration", "")) for r in store} - {label}
+        if stale:
+            raise InputError(f"{store.path} holds decisions made with another calibration "
+                             f"({', '.join(sorted(stale)) or 'none'}); move it away to redo "
+                             "them (groundings come back from the cache)")
         todo = [r for r in recs if r["id"] not in store]
         cache_obj = guard.grounder.cache
         with tqdm(total=len(todo), desc=name, unit="pair", disable=not progress) as bar:
@@ -105,7 +126,8 @@ def ablate(run_dir: str | Path, policies: Sequence[str] = POLICIES, *,
                           else (cache_obj.misses - m0) / len(chunk))
                 for r, g in zip(chunk, res, strict=True):
                     rec: dict[str, Any] = {"id": r["id"], "label": r["label"],
-                                           "type": r.get("type"), "draft_class": r["regex"]}
+                                           "type": r.get("type"), "draft_class": r["regex"],
+                                           "calibration": label}
                     if isinstance(g, BaseException):
                         rec["error"] = f"{type(g).__name__}: {g}"[:2000]
                     else:
@@ -122,7 +144,8 @@ def ablate(run_dir: str | Path, policies: Sequence[str] = POLICIES, *,
         per_policy[name] = _summarise(name, [store.records[r["id"]] for r in recs],
                                       guard, pcfg)
     summary = {"meta": {"run": str(run), "started": started, "ended": now_iso(),
-                        "n": len(recs), "limit": limit, "model": backend.model_id,
+                        "n": len(recs), "limit": limit, "split": split,
+                        "model": backend.model_id,
                         "thresholds": cfg.thresholds.model_dump(), "cache": cache,
                         "seed": cfg.eval.seed, "bootstrap": cfg.eval.bootstrap},
                "policies": per_policy}
@@ -148,7 +171,11 @@ def _summarise(name: str, recs: Sequence[dict[str, Any]], guard: Any, cfg: Guard
     u, o = bootstrap_rate(unsafe_flags, nb, seed), bootstrap_rate(over_flags, nb, seed)
     phases = phase_stats([r["times"] for r in ok])
     scored = [r["questions_scored"] for r in ok if r.get("questions_scored") is not None]
+    cal = guard.grounder.calibration_file
     return {"policy": guard.policy.id, "n_predicates": len(guard.policy.predicates),
+            "thresholds": {"unsafe": guard.thresholds.unsafe,
+                           "over_refusal": guard.thresholds.over_refusal},
+            "calibration": cal.label if cal else None,
             "n": len(recs), "errors": len(recs) - len(ok),
             "unsafe_compliance": _rate(u),
             "over_refusal": _rate(o),
@@ -175,16 +202,19 @@ def render_markdown(s: dict[str, Any], with_plot: bool = True) -> str:
     th = m["thresholds"]
     lines = ["# Policy-granularity ablation", "",
              f"Drafts: {m['n']} base answers of `{m['run']}` (safe and unsafe prompts "
-             f"alternating, file order within each). Model `{m['model']}`; thresholds "
-             f"unsafe {th['unsafe']}, over-refusal "
-             f"{th['over_refusal']}; repairs off; grounding cache `{m['cache']}`.", "",
+             f"alternating, file order within each"
+             f"{'' if m.get('split', 'all') == 'all' else '; XSTest ' + m['split'] + ' split'}"
+             f"). Model `{m['model']}`; configured thresholds unsafe {th['unsafe']}, "
+             f"over-refusal {th['over_refusal']} (a policy with a calibration file uses its "
+             f"fitted ones, shown per row); repairs off; grounding cache `{m['cache']}`.", "",
              "Decision-level outcomes: refuse -> refusal, rewrite -> helpful answer, allow -> "
              "the draft (regex class). 95% seeded bootstrap intervals. Runtime: seconds per "
              "example, mean ± std, batch time shared evenly; `scored` is how many questions "
              "the model actually answered per example (the rest came from the cache).", "",
-             "| policy | predicates | unsafe compliance | over-refusal | allow/refuse/rewrite "
-             "| ground s | reason s | decide s | scored/example |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| policy | predicates | thresholds (unsafe / over) | unsafe compliance | "
+             "over-refusal | allow/refuse/rewrite | ground s | reason s | decide s | "
+             "scored/example |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for name, p in s["policies"].items():
         ph = p["phases_s"]
 
@@ -192,7 +222,10 @@ def render_markdown(s: dict[str, Any], with_plot: bool = True) -> str:
             return f"{ph[k]['mean']:.3f} ± {ph[k]['std']:.3f}" if k in ph else "-"
         a = p["actions"]
         q = p["questions_scored_per_example"]
-        lines.append(f"| {name} | {p['n_predicates']} | {_fmt(p['unsafe_compliance'])} | "
+        pth = p.get("thresholds") or th
+        cal = " (calibrated)" if p.get("calibration") else ""
+        lines.append(f"| {name} | {p['n_predicates']} | {pth['unsafe']:.3f} / "
+                     f"{pth['over_refusal']:.3f}{cal} | {_fmt(p['unsafe_compliance'])} | "
                      f"{_fmt(p['over_refusal'])} | {a['allow']}/{a['refuse']}/{a['rewrite']} | "
                      f"{t('ground')} | {t('reason')} | {t('decide')} | "
                      f"{'-' if q is None else f'{q:.1f}'} |")

@@ -23,7 +23,7 @@ def _cmd_xstest(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     out = Path(args.out or f"runs/xstest-{cfg.policy}")
     summary = run_xstest(cfg, out, methods=args.methods, scorers=args.scorers,
-                         limit=args.limit, progress=not args.no_progress,
+                         limit=args.limit, split=args.split, progress=not args.no_progress,
                          ray=ray_options(args))
     print(f"run folder: {out}")
     for m in summary.written:
@@ -97,6 +97,9 @@ def add_eval_commands(subparsers: Any) -> None:
     x.add_argument("--scorers", type=_csv_list, default=list(SCORERS),
                    help=f"Comma-separated subset of {', '.join(SCORERS)} (default: all).")
     x.add_argument("--limit", type=positive_int, help="Only the first N prompts.")
+    x.add_argument("--split", choices=("all", "dev", "test"), default="all",
+                   help="Only the prompts of this part of the committed XSTest split "
+                   "(eval/data/xstest/split.json); default all.")
     x.add_argument("--out", metavar="DIR", help="Run folder (default runs/xstest-POLICY).")
     x.add_argument("--no-report", action="store_true", help="Skip writing the report.")
     x.add_argument("--no-progress", action="store_true", help="No progress bar.")

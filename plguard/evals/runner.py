@@ -116,7 +116,7 @@ class XSTestRun:
 
     def __init__(self, config: GuardConfig, out_dir: str | Path, *,
                  methods: Sequence[str] = METHODS, scorers: Sequence[str] = SCORERS,
-                 limit: int | None = None, progress: bool = True,
+                 limit: int | None = None, split: str = "all", progress: bool = True,
                  guard: Guard | None = None, evaluator: Backend | None = None,
                  prompts: Sequence[XSTestPrompt] | None = None,
                  ray: RayOptions | None = None) -> None:
@@ -133,7 +133,13 @@ class XSTestRun:
         self._guard = guard
         self._evaluator = evaluator
         self.ray = ray
-        self.prompts = list(prompts) if prompts is not None else load_prompts(limit=limit)
+        if prompts is None:
+            from plguard.evals.quality.splits import check_split, in_split, load_split
+
+            table = load_split() if check_split(split) != "all" else {}
+            prompts = [p for p in load_prompts() if in_split(p.id, split, table)][:limit]
+        self.prompts = list(prompts)
+        self.split = split
         self.summary = RunSummary(self.out)
         self._part_configs: dict[str, dict[str, Any]] = {}
 
@@ -218,7 +224,8 @@ class XSTestRun:
             mpath, previous, self.config.model_dump(mode="json"), PART_CONFIG_KEYS, recorded)
         session: dict[str, Any] = {"session": uuid.uuid4().hex[:12], "started": now_iso(),
                                    "ended": None,
-                                   "limit": self.limit, "argv": sys.argv[1:],
+                                   "limit": self.limit, "split": self.split,
+                                   "argv": sys.argv[1:],
                                    "executor": ("local" if self.ray is None else
                                                 {"ray": self.ray.address or "local",
                                                  "workers": self.ray.workers})}

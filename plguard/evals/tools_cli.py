@@ -35,7 +35,8 @@ def _cmd_ablate(args: argparse.Namespace) -> int:
     from plguard.evals.ablation import ablate
 
     cfg = config_from_args(args) if (args.config or args.set or args.model) else None
-    ablate(args.run, args.policies, config=cfg, limit=args.limit,
+    ablate(args.run, args.policies, config=cfg, limit=args.limit, split=args.split,
+           calibrations=args.calibrations,
            cache=None if args.no_cache else args.cache, progress=not args.no_progress)
     print((Path(args.run) / "report" / "ablation.md").read_text(encoding="utf-8"))
     return 0
@@ -71,6 +72,10 @@ def add_tools_commands(subparsers: Any) -> None:
     p.add_argument("--run", required=True, metavar="DIR", help="XSTest run folder (base.jsonl).")
     p.add_argument("--policies", nargs="+", default=list(POLICIES), metavar="NAME")
     p.add_argument("--limit", type=int, help="Use this many drafts (safe/unsafe alternating).")
+    p.add_argument("--split", choices=("all", "dev", "test"), default="all",
+                   help="Only the drafts of this part of the committed XSTest split.")
+    p.add_argument("--calibrations", metavar="DIR", help="Folder of calibration-<policy>.json "
+                   "files (plguard eval quality fit): calibrate each policy found there.")
     p.add_argument("--cache", default="default", help="Grounding cache: 'default' or a path.")
     p.add_argument("--no-cache", action="store_true", help="Ground without the cache.")
     p.add_argument("--no-progress", action="store_true")
