@@ -251,9 +251,9 @@ class Grounder:
         fresh: dict[str, tuple[TFScore, str, str]] = {}
         for (i, miss), (_, cut), scores in zip(todo, built, raw, strict=True):
             for j, s in zip(miss, scores, strict=True):
-                s = TFScore(s.logprob_true, s.logprob_false, s.truncated or cut)
+                s = TFScore(s.logprob_true, s.logprob_false, s.truncated or cut, s.bound)
                 out[i][j] = s
-                if keys:
+                if keys and not s.bound:  # a bound is no value to reuse
                     fresh[keys[i][j]] = (s, self.backend.model_id, per_item[i][j])
         if self.cache is not None:
             self.cache.put_many(fresh)
@@ -287,7 +287,8 @@ class Grounder:
                 logprob_false=lf, scope=scope,
                 truncated=cut or any(s.truncated for s in part),
                 variants=tuple(ps) if n > 1 else (),
-                variant_spread=max(ps) - min(ps) if n > 1 else 0.0))
+                variant_spread=max(ps) - min(ps) if n > 1 else 0.0,
+                bound=any(s.bound for s in part)))
         return tuple(out)
 
     def _calibrate(self, spec: PredicateSpec, p: float) -> float:

@@ -30,19 +30,44 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-class _Clock:
-    """Per-phase wall time, shared evenly by the examples of a batched call."""
+Usage = Callable[[], dict[str, int]]
+USAGE_KEYS = ("prompt_tokens", "completion_tokens")
 
-    def __init__(self, n: int) -> None:
+
+class _Clock:
+    """Per-phase wall time, shared evenly by the examples of a batched call.
+
+    With ``usage`` (backends that report the tokens a call cost, i.e. remote servers), the
+    tokens of each phase are shared out the same way, as ``<phase>_prompt_tokens`` and
+    ``<phase>_completion_tokens``.
+    """
+
+    def __init__(self, n: int, usage: Usage | None = None) -> None:
         self.per_example: list[dict[str, float]] = [{} for _ in range(n)]
+        self.usage = usage
 
     def run(self, phase: str, idx: Sequence[int], fn: Callable[[], T]) -> T:
+        u0 = self.usage() if self.usage else {}
         t0 = time.perf_counter()
         out = fn()
-        share = (time.perf_counter() - t0) / max(len(idx), 1)
+        n = max(len(idx), 1)
+        share = (time.perf_counter() - t0) / n
+        spent = {}
+        if self.usage:
+            u1 = self.usage()
+            spent = {f"{phase}_{k}": (u1.get(k, 0) - u0.get(k, 0)) / n for k in USAGE_KEYS}
         for i in idx:
-            self.per_example[i][phase] = self.per_example[i].get(phase, 0.0) + share
+            ex = self.per_example[i]
+            ex[phase] = ex.get(phase, 0.0) + share
+            for k, v in spent.items():
+                if v:
+                    ex[k] = ex.get(k, 0.0) + v
         return out
+
+
+def is_time_key(key: str) -> bool:
+    """Whether a ``timings_s`` key holds seconds (not a token count)."""
+    return not key.endswith(tuple(f"_{k}" for k in USAGE_KEYS))
 
 
 class Guard:
@@ -72,6 +97,9 @@ class Guard:
             grounder = self.generator if same else load_backend(self.config.grounder_model)
         self.grounder_backend = grounder
         self.grounder: Grounder = Grounder(grounder, self.policy.predicates, self.config.grounding)
+        meters = [u for b in {id(b): b for b in (self.generator, grounder)}.values()
+                  if callable(u := getattr(b, "usage", None))]
+        self._usage: Usage | None = _summed(meters) if meters else None
 
     @classmethod
     def from_config(
@@ -128,7 +156,7 @@ class Guard:
         for i, r in enumerate(given):
             if r is not None:
                 check_response(r, f"responses[{i}]")
-        clock = _Clock(len(chats))
+        clock = _Clock(len(chats), self._usage)
         t_start = time.perf_counter()
         drafts: list[str] = [r if r is not None else "" for r in given]
         todo = [i for i, r in enumerate(given) if r is None]
@@ -149,7 +177,8 @@ class Guard:
         out = []
         for i in all_idx:
             timings = dict(clock.per_example[i])
-            timings["total"] = sum(timings.values()) if len(chats) > 1 else total
+            timings["total"] = (sum(v for k, v in timings.items() if is_time_key(k))
+                                if len(chats) > 1 else total)
             out.append(GuardResult(
                 request=reqs[i], draft=drafts[i], final=finals[i],
                 repaired=bool(rounds[i]), grounding=groundings[i], policy=results[i],
@@ -225,6 +254,17 @@ class Guard:
         return repair_chat(policy_text=self.policy.instructions, request=req, draft=answer,
                            decision=d, probs=r.probs, unsafe_rules=self.policy.unsafe_rules,
                            over_refusal_rules=self.policy.over_refusal_rules)
+
+
+def _summed(usages: list[Usage]) -> Usage:
+    def total() -> dict[str, int]:
+        out: dict[str, int] = {}
+        for u in usages:
+            for k, v in u().items():
+                out[k] = out.get(k, 0) + v
+        return out
+
+    return total
 
 
 class _SubClock(_Clock):
