@@ -142,7 +142,8 @@ class ServerConfig(_Strict):
                                      "and repair stay local unless upstream_grounding is set. "
                                      "Unset: the Guard's generator drafts.")
     upstream_model: str | None = Field(None, description="Model name sent upstream; default: "
-                                       "the name the client asked for.")
+                                       "the name the client asked for (with "
+                                       "upstream_grounding: the one model the upstream serves).")
     upstream_api_key_env: str | None = Field(None, description="Environment variable with "
                                              "the upstream server's API key, if it needs one.")
     upstream_timeout_s: float = Field(120.0, gt=0, description="Timeout of one upstream call.")

@@ -324,13 +324,14 @@ class OpenAIBackend(TokenizerText):
         reply = self.client.post("/chat/completions", {**body, "messages": msgs})
         with _reading(reply, "choices[0].logprobs.content[0]"):
             first = reply.body["choices"][0]["logprobs"]["content"][0]
+        tops = first.get("top_logprobs") if isinstance(first, dict) else None
+        if not tops:
+            raise Unsupported("the server returned no top_logprobs")
         seen: dict[str, float] = {}
-        for e in [first, *(first.get("top_logprobs") or [])]:
+        for e in [first, *tops]:
             tok, lp = e.get("token"), e.get("logprob")
             if isinstance(tok, str) and isinstance(lp, int | float):
                 seen[tok] = max(seen.get(tok, -math.inf), float(lp))
-        if len(seen) < 2:
-            raise Unsupported("the server returned no top_logprobs")
         floor = min(seen.values())
         lt, bt = _merge(seen, self._spell_true, floor)
         lf, bf = _merge(seen, self._spell_false, floor)
