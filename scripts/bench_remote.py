@@ -40,10 +40,16 @@ def requests_for(backend, policy: str, pairs):
     return [g.prompts(r, s) for r, s in pairs] + [g.prompts(r, None) for r, _ in pairs]
 
 
-def timed(backend, reqs):
+LOADS: dict[str, tuple[float, float]] = {}
+
+
+def timed(backend, reqs, label=None):
+    l0 = os.getloadavg()[0]
     t0 = time.perf_counter()
     scores = backend.true_false_logprobs(reqs)
     dt = time.perf_counter() - t0
+    if label:
+        LOADS[label] = (l0, os.getloadavg()[0])
     return [s for group in scores for s in group], dt
 
 
@@ -61,6 +67,7 @@ def main() -> None:
     from plguard.config import ModelConfig
     from plguard.models import resolve_model_path
     from plguard.testing import VLLMServer
+    from plguard.types import TFRequest
 
     prompts = read_prompts(args.n + 2)
     pairs = [(p, RESPONSES[i % 2]) for i, p in enumerate(prompts)]
@@ -75,19 +82,23 @@ def main() -> None:
     print(f"in-process vLLM engine start {time.perf_counter() - t0:.1f} s ({vl.model_id})")
     vl.true_false_logprobs(requests_for(vl, args.policy, warm))
     reqs = requests_for(vl, args.policy, pairs)
-    ref, t_vl = timed(vl, reqs)
+    ref, t_vl = timed(vl, reqs, "in-process vLLM")
     shutdown_engines()
 
     with VLLMServer(resolve_model_path("embedded"), dtype=args.dtype, log=args.log) as srv:
         print(f"vllm serve start {srv.start_s:.1f} s ({srv.base_url})")
-        cfg = ModelConfig(backend="openai", base_url=srv.base_url,
+        # A generous timeout: on a shared 2-core machine one request can wait minutes.
+        cfg = ModelConfig(backend="openai", base_url=srv.base_url, request_timeout_s=900,
                           max_concurrency=args.concurrency)
         ex = OpenAIBackend.from_config(cfg.model_copy(update={"logprobs_mode": "exact"}))
         ex.true_false_logprobs(requests_for(ex, args.policy, warm))
-        got, t_ex = timed(ex, reqs)  # the same token sequences in-process vLLM scored
+        got, t_ex = timed(ex, reqs, "openai exact (vllm serve)")  # in-process vLLM's ids
         tk = OpenAIBackend.from_config(cfg.model_copy(update={"logprobs_mode": "topk"}))
         tk.true_false_logprobs(requests_for(tk, args.policy, warm))
-        top, t_tk = timed(tk, requests_for(tk, args.policy, pairs))
+        top, t_tk = timed(tk, requests_for(tk, args.policy, pairs), "openai top-k (vllm serve)")
+        # What a chat server scores: the whole prompt tokenised at once (no prefix split).
+        joined, _ = timed(ex, [TFRequest(prefix=r.prefix + q, suffixes=("",))
+                               for r in reqs for q in r.suffixes])
         usage = dict(ex.total_usage)
         ex.close()
         tk.close()
@@ -95,16 +106,20 @@ def main() -> None:
     n = len(ref)
     d_ex = [abs(a.p_true - b.p_true) for a, b in zip(got, ref, strict=True)]
     d_tk = [abs(a.p_true - b.p_true) for a, b in zip(top, ref, strict=True) if not a.bound]
+    d_tj = [abs(a.p_true - b.p_true) for a, b in zip(top, joined, strict=True) if not a.bound]
     print()
-    print(f"{'':34}{'questions':>10}{'s':>9}{'q/s':>8}{'vs in-process':>15}")
+    print(f"{'':34}{'questions':>10}{'s':>9}{'q/s':>8}{'vs in-process':>15}{'load':>12}")
     for label, dt in (("in-process vLLM", t_vl), ("openai exact (vllm serve)", t_ex),
                       ("openai top-k (vllm serve)", t_tk)):
-        print(f"{label:34}{n:>10}{dt:>9.2f}{n / dt:>8.1f}{t_vl / dt:>14.2f}x")
+        a, b = LOADS[label]
+        print(f"{label:34}{n:>10}{dt:>9.2f}{n / dt:>8.1f}{t_vl / dt:>14.2f}x"
+              f"{a:>6.1f}-{b:<5.1f}")
     print(f"\nexact vs in-process: max |dP(True)| {max(d_ex):.2e}, mean "
           f"{sum(d_ex) / n:.2e} over {n} questions")
     print(f"top-k vs in-process: max |dP(True)| {max(d_tk):.4f} over the {len(d_tk)} of {n} "
-          f"questions with both answers in the top-{cfg.top_logprobs}; "
-          f"{n - len(d_tk)} bounded")
+          f"questions with both answers in the top-{cfg.top_logprobs} "
+          f"({n - len(d_tk)} bounded); vs exact mode on the same, jointly tokenised "
+          f"prompts: {max(d_tj):.4f}")
     print(f"exact-mode usage (warm-up included): {usage}")
 
 

@@ -12,10 +12,12 @@ cached Hugging Face id or ``embedded``), never its weights.
   ids(suffix)``) and sent as token ids, so the server re-tokenises nothing; the
   full-vocabulary log-probabilities of every True/False spelling at the answer position
   come back and are merged by logsumexp. vLLM's ``logprob_token_ids`` gives all of them in
-  one request per question group; servers without it but with ``echo`` get one prompt per
+  one request per question; servers without it but with ``echo`` get one prompt per
   spelling with the spelling appended, scored from its prompt log-probability (the way
-  lm-evaluation-harness's ``local-completions`` scores). The questions of one data prefix
-  go in one request, prefix first, so the server's prefix cache serves the shared part.
+  lm-evaluation-harness's ``local-completions`` scores). Every prompt puts the shared data
+  prefix first, so the server's prefix cache serves it; one request per question, several
+  in flight, measured faster on vLLM than one request per prefix (about 1.3x, 144
+  questions) or than warming the prefix with one question first.
 - Grounding, **top-k** mode: ``/v1/chat/completions`` with ``top_logprobs`` for one token
   (the shape llama.cpp and Ollama speak), the answer cue sent as a final assistant message
   to continue. An answer none of whose spellings is in the top-k is bounded by the
@@ -41,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from plguard.backends._http import RemoteClient, RemoteStatusError, Reply
 from plguard.backends._text import TokenizerText
 from plguard.backends.vllm_backend import _finite, _logsumexp, sampled_request_ids
-from plguard.errors import BackendError, ConfigError, ModelError, did_you_mean
+from plguard.errors import BackendDeadError, BackendError, ConfigError, ModelError, did_you_mean
 from plguard.models import resolve_model_path
 from plguard.types import ROLES, Chat, Generation, GenerationParams, TFRequest, TFScore
 
@@ -171,8 +173,10 @@ class OpenAIBackend(TokenizerText):
                     ids = self.encode(TokenizerText.format_chat(self, chat) + "Answer:")
                     self._exact_job(via, ids, [[]])
                 return via
-            except (RemoteStatusError, Unsupported) as exc:
-                failures.append(f"{via}: {exc}")
+            except BackendDeadError:
+                raise
+            except BackendError as exc:  # a 4xx, a 5xx that persists, an unreadable answer
+                failures.append(f"{via}: {exc}"[:600])
         what = {"exact": "prompt log-probabilities for token-id prompts on /v1/completions "
                 "(logprob_token_ids or echo)", "topk": "top_logprobs on "
                 "/v1/chat/completions"}
@@ -262,19 +266,18 @@ class OpenAIBackend(TokenizerText):
     # -- True/False scoring ------------------------------------------------------------
 
     def true_false_logprobs(self, requests: Sequence[TFRequest]) -> list[list[TFScore]]:
-        """Score every question of every request; one HTTP request per prefix (exact)."""
+        """Score every question of every request: one HTTP request per question."""
         if self.via == "topk":
             texts = [req.prefix + s for req in requests for s in req.suffixes]
             flat = self._run(self._topk_job, texts)
             shape = [(len(req.suffixes), False) for req in requests]
         else:
-            jobs = []
+            jobs: list[tuple[list[int], list[list[int]]]] = []
             shape = []
             for req in requests:
                 prefix, suffixes, truncated = sampled_request_ids(self, self.max_context, req)
                 shape.append((len(suffixes), truncated))
-                if suffixes:
-                    jobs.append((prefix, suffixes))
+                jobs.extend((prefix, [s]) for s in suffixes)
             groups = self._run(lambda j: self._exact_job(self.via, *j), jobs)
             flat = [s for g in groups for s in g]
         out: list[list[TFScore]] = []

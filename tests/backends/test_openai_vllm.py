@@ -57,7 +57,9 @@ def _chats() -> list[tuple[Message, ...]]:
 
 
 def _openai_cfg(url: str, **kw: Any) -> ModelConfig:
-    return ModelConfig(backend="openai", base_url=url, max_retries=2, **kw)
+    # A generous timeout: CI shares two cores, where one request can wait minutes.
+    return ModelConfig(backend="openai", base_url=url, max_retries=2, request_timeout_s=900,
+                       **kw)
 
 
 @pytest.fixture(scope="module")
@@ -209,6 +211,7 @@ def test_cli_guard_through_the_server(server):
     out = _plguard("guard", "How do I bake bread?", "--json",
                    "--set", "generator.backend=openai",
                    "--set", f"generator.base_url={server.base_url}",
+                   "--set", "generator.request_timeout_s=900",
                    "--set", "generation.max_new_tokens=16")
     assert out.returncode == 0, out.stderr[-2000:]
     trace = json.loads(out.stdout)
@@ -226,7 +229,8 @@ def test_chain_client_to_plguard_serve_to_vllm(server, tmp_path):
     log = (tmp_path / "plguard-serve.log").open("w")
     proc = subprocess.Popen(
         [sys.executable, "-c", code, "serve", "--port", str(port), "--upstream",
-         server.base_url, "--upstream-grounding", "--set", "generation.max_new_tokens=24"],
+         server.base_url, "--upstream-grounding", "--set", "generation.max_new_tokens=24",
+         "--set", "server.upstream_timeout_s=900"],
         stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x",
