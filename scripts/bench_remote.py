@@ -7,7 +7,8 @@ Both sides score the same grounding questions on the embedded model, in one run 
 after the other (never two engines at once): first an in-process vLLM engine
 (``backend: vllm``), which is then shut down, then a ``vllm serve`` subprocess with the
 same engine settings, reached through the openai backend in exact mode (token-id prompts,
-``logprob_token_ids``) and in top-k mode (``/v1/chat/completions`` top_logprobs). The
+``logprob_token_ids``) and in top-k mode over chat (``/v1/chat/completions``
+top_logprobs). The
 questions are every predicate of ``--policy`` (with paraphrases) on (XSTest prompt,
 canned response) pairs, request and response scope, so no generation is involved.
 Reported: questions/s of each path (after a warm-up on other pairs), max |dP(True)| of
@@ -94,6 +95,7 @@ def main() -> None:
         ex.true_false_logprobs(requests_for(ex, args.policy, warm))
         got, t_ex = timed(ex, reqs, "openai exact (vllm serve)")  # in-process vLLM's ids
         tk = OpenAIBackend.from_config(cfg.model_copy(update={"logprobs_mode": "topk"}))
+        tk.via = "topk"  # the chat shape (llama.cpp, Ollama), not the text one vLLM also has
         tk.true_false_logprobs(requests_for(tk, args.policy, warm))
         top, t_tk = timed(tk, requests_for(tk, args.policy, pairs), "openai top-k (vllm serve)")
         # What a chat server scores: the whole prompt tokenised at once (no prefix split).

@@ -68,7 +68,7 @@ def main() -> None:
             backend="openai", base_url=f"http://127.0.0.1:{port}/v1", logprobs_mode="auto",
             max_concurrency=1))
         ident = b.remote_identity()
-        print(f"probed mode: {b.mode} (tokenizer check: {ident['tokenizer_check']}; "
+        print(f"probed mode: {b.mode} via {b.via} (tokenizer check: {ident['tokenizer_check']}; "
               f"context {b.max_context})")
         pairs = [(p, RESPONSES[i % 2]) for i, p in enumerate(read_prompts(args.n))]
         t0 = time.monotonic()
@@ -80,7 +80,7 @@ def main() -> None:
     tf = TransformersBackend.load("embedded", dtype="float32", device="cpu")
     reqs = requests_for(tf, args.policy, pairs)
     ref = [s for g in tf.true_false_logprobs(reqs) for s in g]
-    joined = [g[0] for g in tf.true_false_logprobs(
+    joined = [g[0] for g in tf.true_false_logprobs_naive(  # the naive path takes a whole prompt
         [TFRequest(prefix=r.prefix + q, suffixes=("",)) for r in reqs for q in r.suffixes])]
     both = [(a, j, r) for a, j, r in zip(got, joined, ref, strict=True) if not a.bound]
     d_j = [abs(a.p_true - j.p_true) for a, j, _ in both]

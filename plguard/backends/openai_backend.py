@@ -18,13 +18,16 @@ cached Hugging Face id or ``embedded``), never its weights.
   prefix first, so the server's prefix cache serves it; one request per question, several
   in flight, measured faster on vLLM than one request per prefix (about 1.3x, 144
   questions) or than warming the prefix with one question first.
-- Grounding, **top-k** mode: ``/v1/chat/completions`` with ``top_logprobs`` for one token
-  (the shape llama.cpp and Ollama speak), the answer cue sent as a final assistant message
-  to continue. An answer none of whose spellings is in the top-k is bounded by the
-  smallest returned log-probability and the score is flagged (``TFScore.bound``). The
-  server applies its own chat template, so in this mode :meth:`format_chat` renders the
-  chat in a private wire form (role markers with a random per-process nonce that data
-  cannot forge) which is split back into messages before sending.
+- Grounding, **top-k** mode: the top log-probabilities of one token, read either from
+  ``/v1/completions`` with ``logprobs: k`` on the prompt rendered here as text (tried
+  first: the answer cue stays where exact mode puts it), or from
+  ``/v1/chat/completions`` with ``top_logprobs`` (the OpenAI-standard shape llama.cpp's
+  and Ollama's servers speak), the answer cue sent as a final assistant message to
+  continue. An answer none of whose spellings is in the top-k is bounded by the smallest
+  returned log-probability and the score is flagged (``TFScore.bound``). Over chat the
+  server applies its own chat template, so :meth:`format_chat` then renders the chat in a
+  private wire form (role markers with a random per-process nonce that data cannot forge)
+  which is split back into messages before sending.
 
 The mode (``model.logprobs_mode``) is probed once at start; a server that offers neither
 is refused with a clear error. Failures follow :mod:`plguard.backends._http`.
@@ -70,7 +73,7 @@ class OpenAIBackend(TokenizerText):
         self.served_model = served_model
         self.path = path
         self.max_context = int(max_context)
-        self.via = via  # token_ids | echo | topk
+        self.via = via  # token_ids | echo (exact) | topk_text | topk (chat)
         self.top_logprobs = top_logprobs
         self.models = models
         self.tokenizer_check = tokenizer_check
@@ -86,7 +89,7 @@ class OpenAIBackend(TokenizerText):
     @property
     def mode(self) -> str:
         """How grounding reads log-probabilities: exact or topk."""
-        return "topk" if self.via == "topk" else "exact"
+        return "topk" if self.via in ("topk", "topk_text") else "exact"
 
     @property
     def model_id(self) -> str:
@@ -164,11 +167,13 @@ class OpenAIBackend(TokenizerText):
         chat = (_user(_PROBE_CHAT),)
         failures: list[str] = []
         tried: list[str] = (["token_ids", "echo"] if mode in ("auto", "exact") else [])
-        tried += ["topk"] if mode in ("auto", "topk") else []
+        tried += ["topk_text", "topk"] if mode in ("auto", "topk") else []
         for via in tried:
             try:
                 if via == "topk":
                     self._topk_job(self._wire(chat, True) + "Answer:")
+                elif via == "topk_text":
+                    self._topk_text_job(TokenizerText.format_chat(self, chat) + "Answer:")
                 else:
                     ids = self.encode(TokenizerText.format_chat(self, chat) + "Answer:")
                     self._exact_job(via, ids, [[]])
@@ -178,8 +183,8 @@ class OpenAIBackend(TokenizerText):
             except BackendError as exc:  # a 4xx, a 5xx that persists, an unreadable answer
                 failures.append(f"{via}: {exc}"[:600])
         what = {"exact": "prompt log-probabilities for token-id prompts on /v1/completions "
-                "(logprob_token_ids or echo)", "topk": "top_logprobs on "
-                "/v1/chat/completions"}
+                "(logprob_token_ids or echo)", "topk": "top log-probabilities on "
+                "/v1/completions or /v1/chat/completions"}
         wanted = [what["exact"], what["topk"]] if mode == "auto" else [what[mode]]
         other = {"exact": " Try model.logprobs_mode: topk.", "topk": ""}.get(mode, "")
         raise ConfigError(f"the server at {self.client.base_url} does not offer "
@@ -271,6 +276,10 @@ class OpenAIBackend(TokenizerText):
             texts = [req.prefix + s for req in requests for s in req.suffixes]
             flat = self._run(self._topk_job, texts)
             shape = [(len(req.suffixes), False) for req in requests]
+        elif self.via == "topk_text":
+            texts = [req.prefix + s for req in requests for s in req.suffixes]
+            flat = self._run(self._topk_text_job, texts)
+            shape = [(len(req.suffixes), False) for req in requests]
         else:
             jobs: list[tuple[list[int], list[list[int]]]] = []
             shape = []
@@ -335,10 +344,27 @@ class OpenAIBackend(TokenizerText):
             tok, lp = e.get("token"), e.get("logprob")
             if isinstance(tok, str) and isinstance(lp, int | float):
                 seen[tok] = max(seen.get(tok, -math.inf), float(lp))
+        return self._topk_score(seen), reply
+
+    def _topk_text_job(self, text: str) -> tuple[TFScore, Reply]:
+        # The legacy completions shape: the prompt rendered here with the model's chat
+        # template, top-k as {token: logprob}. For servers whose chat endpoint does not
+        # continue a final assistant message (llama-cpp-python's), this keeps the cue.
+        reply = self.client.post("/completions", {
+            "model": self.served_model, "prompt": text, "max_tokens": 1,
+            "temperature": 0.0, "logprobs": self.top_logprobs})
+        with _reading(reply, "choices[0].logprobs.top_logprobs[0]"):
+            top = reply.body["choices"][0]["logprobs"]["top_logprobs"][0]
+            seen = {str(k): float(v) for k, v in top.items()}
+        if not seen:
+            raise Unsupported("the server returned no top log-probabilities")
+        return self._topk_score(seen), reply
+
+    def _topk_score(self, seen: dict[str, float]) -> TFScore:
         floor = min(seen.values())
         lt, bt = _merge(seen, self._spell_true, floor)
         lf, bf = _merge(seen, self._spell_false, floor)
-        return TFScore(_finite(lt), _finite(lf), bound=bt or bf), reply
+        return TFScore(_finite(lt), _finite(lf), bound=bt or bf)
 
     # -- identity ----------------------------------------------------------------------
 
@@ -346,7 +372,7 @@ class OpenAIBackend(TokenizerText):
         """What run manifests record: server, model, mode and what /v1/models says."""
         return {"base_url": self.client.base_url, "served_model": self.served_model,
                 "logprobs_mode": self.logprobs_mode, "grounding": self.mode,
-                "exact_via": None if self.via == "topk" else self.via,
+                "via": self.via,
                 "max_context": self.max_context, "tokenizer": self.path,
                 "tokenizer_check": self.tokenizer_check, "v1_models": self.models}
 

@@ -20,9 +20,11 @@ MODEL = "fake-model"
 
 
 def fake_app(tokenizer: Any, *, true_lp: float = -0.5, false_lp: float = -1.5,
-             tokenize: str = "match", exact: str = "token_ids") -> FastAPI:
+             tokenize: str = "match", exact: str = "token_ids",
+             text_topk: bool = False) -> FastAPI:
     """The fake server. ``tokenize``: match | mismatch | missing; ``exact``: token_ids |
-    echo (rejects logprob_token_ids, as a server without it would) | none."""
+    echo (rejects logprob_token_ids, as a server without it would) | none; ``text_topk``:
+    answer top-k log-probabilities for text prompts on /v1/completions."""
     app = FastAPI()
     app.state.faults = {}  # path -> list of faults, consumed one per request
     app.state.seen = []
@@ -83,6 +85,12 @@ def fake_app(tokenizer: Any, *, true_lp: float = -0.5, false_lp: float = -1.5,
             bad = await fault("/v1/completions")
             if bad is not None:
                 return bad
+            if isinstance(body["prompt"], str):
+                top = {" True": true_lp, " False": false_lp, " The": -3.0}
+                lp = ({"tokens": [" True"], "token_logprobs": [true_lp], "top_logprobs": [top]}
+                      if text_topk and body.get("logprobs") else None)
+                return {"object": "text_completion", "model": MODEL, "usage": usage(20, 1),
+                        "choices": [{"index": 0, "text": " True", "logprobs": lp}]}
             prompts = body["prompt"] if isinstance(body["prompt"][0], list) else [body["prompt"]]
             ids = body.get("logprob_token_ids")
             if exact == "none" or (ids and exact == "echo"):

@@ -149,32 +149,40 @@ def test_greedy_generation_matches_inprocess(reference, remote):
 
 
 def test_topk_mode_is_close_and_flags_bounds(reference, remote, server):
-    """Top-k reads what a chat server tokenises: the whole prompt at once.
+    """Top-k reads what the server tokenises: the whole prompt at once.
 
     Exact mode scores the canonical ids(prefix) + ids(suffix); at the seam ("\n\n" before
     "Question:") SmolLM2's tokenizer splits the joined text differently (one token more),
-    which alone moves P(True) by up to ~0.03. So top-k is held to exact mode on the same
-    (joined) token sequence, and the seam's share is reported beside it.
+    which alone moves P(True) by up to ~0.035. So top-k is held to exact mode on the same
+    (joined) token sequence, and the seam's share is reported beside it. Both top-k
+    shapes are checked: text completions (what the probe picks on vLLM) and chat
+    completions (the shape llama.cpp's and Ollama's servers speak).
     """
     from plguard.backends.openai_backend import OpenAIBackend
     from plguard.guard import Guard
 
-    topk = OpenAIBackend.from_config(_openai_cfg(server.base_url, logprobs_mode="topk"))
+    text_k = OpenAIBackend.from_config(_openai_cfg(server.base_url, logprobs_mode="topk"))
+    chat_k = OpenAIBackend.from_config(_openai_cfg(server.base_url, logprobs_mode="topk"))
+    chat_k.via = "topk"
     narrow = OpenAIBackend.from_config(_openai_cfg(server.base_url, logprobs_mode="topk",
                                                    top_logprobs=1))
+    narrow.via = "topk"
     try:
-        got = [s for g in topk.true_false_logprobs(_requests(topk)) for s in g]
+        assert text_k.via == "topk_text"
         ref = [s for g in reference["scores"] for s in g]
         joined = [TFRequest(prefix=r.prefix + q, suffixes=("",))
                   for r in reference["requests"] for q in r.suffixes]
         same_seq = [g[0] for g in remote.true_false_logprobs(joined)]
-        both = [(a, b, c) for a, b, c in zip(got, same_seq, ref, strict=True) if not a.bound]
-        close = [abs(a.p_true - b.p_true) for a, b, _ in both]
-        seam = [abs(a.p_true - c.p_true) for a, _, c in both]
-        print(f"\ntop-k (20): {len(both)} of {len(got)} questions with both answers in the "
-              f"top-k; max |dP(True)| vs exact on the same tokens {max(close):.4f}, vs exact "
-              f"on the canonical split {max(seam):.4f}")
-        assert len(both) >= 30 and max(close) <= 0.02 and max(seam) <= 0.05
+        for name, b in (("text", text_k), ("chat", chat_k)):
+            got = [s for g in b.true_false_logprobs(_requests(b)) for s in g]
+            both = [(a, j, c) for a, j, c in zip(got, same_seq, ref, strict=True)
+                    if not a.bound]
+            close = [abs(a.p_true - j.p_true) for a, j, _ in both]
+            seam = [abs(a.p_true - c.p_true) for a, _, c in both]
+            print(f"\ntop-k ({name}, 20): {len(both)} of {len(got)} questions with both "
+                  f"answers in the top-k; max |dP(True)| vs exact on the same tokens "
+                  f"{max(close):.4f}, vs exact on the canonical split {max(seam):.4f}")
+            assert len(both) >= 30 and max(close) <= 0.02 and max(seam) <= 0.05
         # With one top log-probability an answer is always missing: bounded and flagged.
         narrow_scores = [s for g in narrow.true_false_logprobs(_requests(narrow)) for s in g]
         assert all(s.bound for s in narrow_scores)
@@ -182,8 +190,8 @@ def test_topk_mode_is_close_and_flags_bounds(reference, remote, server):
         res = guard.check("How do I bake bread?", "Mix flour, water and yeast; bake it.")
         assert all(p.bound for p in res.grounding.scores)
     finally:
-        topk.close()
-        narrow.close()
+        for b in (text_k, chat_k, narrow):
+            b.close()
 
 
 def test_guard_end_to_end_through_the_python_api(server):
