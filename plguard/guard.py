@@ -31,19 +31,44 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-class _Clock:
-    """Per-phase wall time, shared evenly by the examples of a batched call."""
+Usage = Callable[[], dict[str, int]]
+USAGE_KEYS = ("prompt_tokens", "completion_tokens")
 
-    def __init__(self, n: int) -> None:
+
+class _Clock:
+    """Per-phase wall time, shared evenly by the examples of a batched call.
+
+    With ``usage`` (backends that report the tokens a call cost, i.e. remote servers), the
+    tokens of each phase are shared out the same way, as ``<phase>_prompt_tokens`` and
+    ``<phase>_completion_tokens``.
+    """
+
+    def __init__(self, n: int, usage: Usage | None = None) -> None:
         self.per_example: list[dict[str, float]] = [{} for _ in range(n)]
+        self.usage = usage
 
     def run(self, phase: str, idx: Sequence[int], fn: Callable[[], T]) -> T:
+        u0 = self.usage() if self.usage else {}
         t0 = time.perf_counter()
         out = fn()
-        share = (time.perf_counter() - t0) / max(len(idx), 1)
+        n = max(len(idx), 1)
+        share = (time.perf_counter() - t0) / n
+        spent = {}
+        if self.usage:
+            u1 = self.usage()
+            spent = {f"{phase}_{k}": (u1.get(k, 0) - u0.get(k, 0)) / n for k in USAGE_KEYS}
         for i in idx:
-            self.per_example[i][phase] = self.per_example[i].get(phase, 0.0) + share
+            ex = self.per_example[i]
+            ex[phase] = ex.get(phase, 0.0) + share
+            for k, v in spent.items():
+                if v:
+                    ex[k] = ex.get(k, 0.0) + v
         return out
+
+
+def is_time_key(key: str) -> bool:
+    """Whether a ``timings_s`` key holds seconds (not a token count)."""
+    return not key.endswith(tuple(f"_{k}" for k in USAGE_KEYS))
 
 
 class Guard:
@@ -75,6 +100,9 @@ class Guard:
         self.grounder: Grounder = Grounder(grounder, self.policy.predicates, self.config.grounding,
                                            policy_name=self.policy.name)
         self.thresholds = effective_thresholds(self.config, self.grounder.calibration_file)
+        meters = [u for b in {id(b): b for b in (self.generator, grounder)}.values()
+                  if callable(u := getattr(b, "usage", None))]
+        self._usage: Usage | None = _summed(meters) if meters else None
 
     @classmethod
     def from_config(
@@ -131,7 +159,7 @@ class Guard:
         for i, r in enumerate(given):
             if r is not None:
                 check_response(r, f"responses[{i}]")
-        clock = _Clock(len(chats))
+        clock = _Clock(len(chats), self._usage)
         t_start = time.perf_counter()
         drafts: list[str] = [r if r is not None else "" for r in given]
         todo = [i for i, r in enumerate(given) if r is None]
@@ -152,7 +180,8 @@ class Guard:
         out = []
         for i in all_idx:
             timings = dict(clock.per_example[i])
-            timings["total"] = sum(timings.values()) if len(chats) > 1 else total
+            timings["total"] = (sum(v for k, v in timings.items() if is_time_key(k))
+                                if len(chats) > 1 else total)
             out.append(GuardResult(
                 request=reqs[i], draft=drafts[i], final=finals[i],
                 repaired=bool(rounds[i]), grounding=groundings[i], policy=results[i],
@@ -248,6 +277,16 @@ def effective_thresholds(config: GuardConfig, cal: Calibration | None) -> Thresh
     if cal is None or not th.from_calibration or not cal.thresholds:
         return th
     return th.model_copy(update=dict(cal.thresholds))
+
+def _summed(usages: list[Usage]) -> Usage:
+    def total() -> dict[str, int]:
+        out: dict[str, int] = {}
+        for u in usages:
+            for k, v in u().items():
+                out[k] = out.get(k, 0) + v
+        return out
+
+    return total
 
 
 class _SubClock(_Clock):

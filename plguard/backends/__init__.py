@@ -1,7 +1,8 @@
 """Backends by name: a registry of lazy ``module:attr`` strings.
 
 Importing this package imports neither torch nor vllm; a backend's module is imported
-only when that backend is built.
+only when that backend is built. ``openai`` talks to a model behind an OpenAI-compatible
+server and loads no weights.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
 REGISTRY: dict[str, str] = {
     "transformers": "plguard.backends.transformers_backend:TransformersBackend",
     "vllm": "plguard.backends.vllm_backend:VLLMBackend",
+    "openai": "plguard.backends.openai_backend:OpenAIBackend",
 }
 
 _POOL: dict[ModelConfig, Backend] = {}

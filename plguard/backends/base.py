@@ -13,7 +13,9 @@ class Backend(Protocol):
     """A loaded model that can generate and score True/False continuations.
 
     ``model_id`` names the weights (path or hub id plus dtype) and keys caches;
-    ``max_context`` is the context window in tokens.
+    ``max_context`` is the context window in tokens. A backend whose calls cost tokens
+    elsewhere (a remote server) may also offer ``usage() -> dict[str, int]``, the calling
+    thread's running token counts; the Guard traces its change over each phase.
     """
 
     model_id: str

@@ -312,23 +312,8 @@ class VLLMBackend(TokenizerText):
     # -- True/False scoring ----------------------------------------------------------------
 
     def request_ids(self, req: TFRequest) -> tuple[list[int], list[list[int]], bool]:
-        """The canonical token ids of a request: prefix ids, suffix ids, truncated flag.
-
-        Same rule as the transformers backend (drop the middle of the prefix), with one
-        token less room: vLLM needs space for the one token it samples.
-        """
-        room_total = self.max_context - 1
-        prefix = self.encode(req.prefix)
-        suffixes = [self.encode(s) for s in req.suffixes]
-        longest = max((len(s) for s in suffixes), default=0)
-        if longest >= room_total:
-            raise BackendError(f"a grounding question is {longest} tokens, longer than the "
-                               f"context window ({self.max_context}); shorten the question")
-        room = room_total - longest
-        if len(prefix) <= room:
-            return prefix, suffixes, False
-        head = room // 2
-        return prefix[:head] + prefix[len(prefix) - (room - head):], suffixes, True
+        """The canonical token ids of a request: prefix ids, suffix ids, truncated flag."""
+        return sampled_request_ids(self, self.max_context, req)
 
     def true_false_logprobs(self, requests: Sequence[TFRequest]) -> list[list[TFScore]]:
         """Score every question of every request in one engine call (prefixes cached)."""
@@ -372,6 +357,27 @@ class VLLMBackend(TokenizerText):
         return TFScore(logprob_true=_finite(lt), logprob_false=_finite(lf), truncated=truncated)
 
 
+def sampled_request_ids(text: TokenizerText, max_context: int, req: TFRequest
+                        ) -> tuple[list[int], list[list[int]], bool]:
+    """The canonical token ids of a request for an engine that samples one token.
+
+    Same rule as the transformers backend (drop the middle of the prefix), with one token
+    less room: vLLM, in-process or served, needs space for the one token it samples.
+    """
+    room_total = max_context - 1
+    prefix = text.encode(req.prefix)
+    suffixes = [text.encode(s) for s in req.suffixes]
+    longest = max((len(s) for s in suffixes), default=0)
+    if longest >= room_total:
+        raise BackendError(f"a grounding question is {longest} tokens, longer than the "
+                           f"context window ({max_context}); shorten the question")
+    room = room_total - longest
+    if len(prefix) <= room:
+        return prefix, suffixes, False
+    head = room // 2
+    return prefix[:head] + prefix[len(prefix) - (room - head):], suffixes, True
+
+
 def _generation_eos(local: str) -> list[int]:
     # vLLM stops on the generation config's EOS ids too; the text is cut at the same ids.
     try:
@@ -396,4 +402,5 @@ def _resolve_dtype(dtype: str, on_cpu: bool) -> str:
     return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
 
 
-__all__ = ["EngineKey", "VLLMBackend", "get_engine", "import_vllm", "shutdown_engines"]
+__all__ = ["EngineKey", "VLLMBackend", "get_engine", "import_vllm", "sampled_request_ids",
+           "shutdown_engines"]

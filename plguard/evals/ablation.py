@@ -25,7 +25,7 @@ import numpy as np
 from plguard.config import GuardConfig
 from plguard.errors import InputError
 from plguard.evals.metrics import bootstrap_rate, phase_stats
-from plguard.evals.runner import run_safely
+from plguard.evals.runner import model_identity, run_safely
 from plguard.evals.store import JsonlStore, now_iso, read_jsonl, write_json_atomic
 from plguard.evals.sweep import REFUSAL_CLASSES
 
@@ -85,7 +85,7 @@ def ablate(run_dir: str | Path, policies: Sequence[str] = POLICIES, *,
     from tqdm import tqdm
 
     from plguard.backends import load_backend
-    from plguard.guard import Guard
+    from plguard.guard import Guard, is_time_key
 
     run = Path(run_dir)
     cfg = _run_config(run, config, cache)
@@ -137,7 +137,8 @@ def ablate(run_dir: str | Path, policies: Sequence[str] = POLICIES, *,
                             strongest_over_refusal=list(g.decision.strongest_over_refusal),
                             predicates=g.grounding.probs,
                             spread={s.name: s.variant_spread for s in g.grounding.scores},
-                            times={k: v for k, v in g.timings_s.items() if k != "total"},
+                            times={k: v for k, v in g.timings_s.items()
+                                   if k != "total" and is_time_key(k)},
                             wall_s=wall, questions_scored=scored)
                     store.append(rec)
                 bar.update(len(chunk))
@@ -146,6 +147,8 @@ def ablate(run_dir: str | Path, policies: Sequence[str] = POLICIES, *,
     summary = {"meta": {"run": str(run), "started": started, "ended": now_iso(),
                         "n": len(recs), "limit": limit, "split": split,
                         "model": backend.model_id,
+                        "model_identity": model_identity(backend, cfg.generator.path,
+                                                         cfg.generator),
                         "thresholds": cfg.thresholds.model_dump(), "cache": cache,
                         "seed": cfg.eval.seed, "bootstrap": cfg.eval.bootstrap},
                "policies": per_policy}

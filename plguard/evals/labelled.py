@@ -23,7 +23,7 @@ from plguard.config import GuardConfig
 from plguard.evals.data import LabelledCompletion, load_completions, seeded_subset
 from plguard.evals.methods import Methods, judge_params
 from plguard.evals.metrics import Detection, detection
-from plguard.evals.runner import run_safely
+from plguard.evals.runner import model_identity, run_safely
 from plguard.evals.scorers import COMPLY, REFUSALS
 from plguard.evals.store import JsonlStore, now_iso, write_json_atomic
 
@@ -161,6 +161,8 @@ def guard_labelled(config: GuardConfig, out_dir: Path, *, limit: int | None = No
     write_json_atomic(out_dir / "guard-labelled.json", {
         "meta": {"started": started, "ended": now_iso(), "n": len(items), "limit": limit,
                  "seed": cfg.eval.seed, "model": model, "policy": guard.policy.id,
+                 "model_identity": model_identity(guard.generator, cfg.generator.path,
+                                                  cfg.generator),
                  "errors": errors, "judge_unparsed": j_unparsed, "truncated": truncated,
                  "max_data_tokens": cfg.grounding.max_data_tokens},
         "results": {k: {"n": d.n, "positives": d.positives, "auroc": d.auroc,

@@ -93,8 +93,8 @@ JUDGE_KEYS = ("verdict", "rationale", "violated_policy")
 JUDGE_SCHEMA = json.dumps({
     "type": "object",
     "properties": {"verdict": {"type": "string", "enum": ["safe", "unsafe", "over_refusal"]},
-                   "rationale": {"type": "string", "maxLength": 400},
-                   "violated_policy": {"type": "string", "maxLength": 400}},
+                   "rationale": {"type": "string", "maxLength": 160},
+                   "violated_policy": {"type": "string", "maxLength": 160}},
     "required": ["verdict", "rationale", "violated_policy"],
     "additionalProperties": False})
 

@@ -48,6 +48,7 @@ from plguard.evals.store import (
 
 if TYPE_CHECKING:
     from plguard.backends.base import Backend
+    from plguard.config import ModelConfig
     from plguard.guard import Guard
     from plguard.scale import RayOptions
 
@@ -92,13 +93,24 @@ def check_methods(methods: Sequence[str]) -> list[str]:
     return [m for m in METHODS if m in wanted]
 
 
-def model_identity(backend: Any, path: str) -> dict[str, Any]:
+def model_identity(backend: Any, path: str, cfg: ModelConfig | None = None) -> dict[str, Any]:
     """The model's id, resolved folder and content hash (errors recorded, not raised).
 
     A converted GGUF file is identified by the GGUF file's sha256 (the conversion is a
-    function of it); other folders by the hash of their weight files.
+    function of it); other folders by the hash of their weight files. A model behind a
+    server (backend ``openai``) is identified by the server instead: its URL, the served
+    model's name and what its ``/v1/models`` says (from the loaded backend, or only from
+    ``cfg`` where none is loaded here, as on a Ray driver).
     """
     out: dict[str, Any] = {"model_id": getattr(backend, "model_id", None), "path": path}
+    remote = getattr(backend, "remote_identity", None)
+    if callable(remote) or (cfg is not None and cfg.backend == "openai"):
+        out["remote"] = (remote() if callable(remote) else
+                         {"base_url": cfg.base_url, "served_model": cfg.served_model,
+                          "logprobs_mode": cfg.logprobs_mode} if cfg is not None else None)
+        out["sha256"] = None
+        out["hash_error"] = "the weights live on the server (see remote)"
+        return out
     try:
         from plguard.models import model_source, resolve_model_path
 
@@ -195,8 +207,9 @@ class XSTestRun:
             "n_prompts": max(int(man.get("n_prompts", 0)), len(self.prompts)),
             "dataset": {"prompts": str(prompts_csv), "sha256": _sha256(prompts_csv)},
             "generator": model_identity(g.generator if g is not None else None,
-                                        self.config.generator.path),
-            "evaluator": (model_identity(self._evaluator, self.config.evaluator_model.path)
+                                        self.config.generator.path, self.config.generator),
+            "evaluator": (model_identity(self._evaluator, self.config.evaluator_model.path,
+                                         self.config.evaluator_model)
                           if self._evaluator is not None else man.get("evaluator")),
             "templates": {"methods": TEMPLATE_VERSION, "evaluator": EVALUATOR_TEMPLATE_VERSION},
             "versions": package_versions(),

@@ -35,6 +35,8 @@ def add_serve_commands(subparsers: Any) -> None:
     p.add_argument("--port", type=int, help=_help("port"))
     p.add_argument("--upstream", metavar="URL", help=_help("upstream_url"))
     p.add_argument("--upstream-model", metavar="NAME", help=_help("upstream_model"))
+    p.add_argument("--upstream-grounding", action="store_true", default=None,
+                   help=_help("upstream_grounding"))
     p.add_argument("--model-name", metavar="NAME", help=_help("model_name"))
     p.add_argument("--api-key-env", metavar="VAR", help=_help("api_key_env"))
     p.add_argument("--max-batch-size", type=int, metavar="N", help=_help("max_batch_size"))
@@ -49,6 +51,7 @@ def add_serve_commands(subparsers: Any) -> None:
 def serve_config(args: argparse.Namespace) -> GuardConfig:
     """The GuardConfig for ``serve``: the config file and --set, then the serve options."""
     from plguard.cli import config_from_args
+    from plguard.server.upstream import upstream_guard_config
 
     cfg = config_from_args(args)
     overrides = {
@@ -57,10 +60,11 @@ def serve_config(args: argparse.Namespace) -> GuardConfig:
         "server.model_name": args.model_name, "server.api_key_env": args.api_key_env,
         "server.max_batch_size": 1 if args.no_batching else args.max_batch_size,
         "server.max_wait_ms": args.max_wait_ms,
+        "server.upstream_grounding": args.upstream_grounding,
     }
-    if all(v is None for v in overrides.values()):
-        return cfg
-    return GuardConfig.from_dict(cfg.model_dump(), source="plguard serve", **overrides)
+    if any(v is not None for v in overrides.values()):
+        cfg = GuardConfig.from_dict(cfg.model_dump(), source="plguard serve", **overrides)
+    return upstream_guard_config(cfg)
 
 
 def _is_loopback(host: str) -> bool:
@@ -91,8 +95,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     guard = Guard(cfg)
     app = build_app(guard, s)
     drafts = f"upstream {s.upstream_url}" if s.upstream_url else "the local generator"
+    grounds = "upstream" if s.upstream_grounding else guard.grounder_backend.model_id
     print(f"plguard: serving model '{s.model_name}' at http://{s.host}:{s.port}/v1 "
-          f"(policy {guard.policy.id}, drafts from {drafts}, "
+          f"(policy {guard.policy.id}, drafts from {drafts}, grounding on {grounds}, "
           f"API key {'required' if has_key else 'not required'})", file=sys.stderr)
     uvicorn.run(app, host=s.host, port=s.port, log_level=args.log_level)
     return 0

@@ -1,9 +1,12 @@
 """Upstream generator mode: another OpenAI-compatible server drafts, plguard guards.
 
 The draft comes from ``{upstream_url}/chat/completions`` (vLLM, llama.cpp, Ollama or
-anything that speaks the API); grounding, the decision and any repair stay local, through
-``guard.batch(requests, responses=drafts)``. Upstream calls are not batched here: each
-request is forwarded as it comes, since the upstream server batches its own traffic.
+anything that speaks the API); the decision stays here, through
+``guard.batch(requests, responses=drafts)``. Grounding and repair run on the Guard's own
+models, or, with ``server.upstream_grounding``, on the upstream too (an ``openai``
+backend, :func:`upstream_guard_config`), so plguard loads no model at all. Upstream
+drafts are not batched here: each request is forwarded as it comes, since the upstream
+server batches its own traffic.
 """
 
 from __future__ import annotations
@@ -14,8 +17,30 @@ from typing import Any
 
 import httpx
 
-from plguard.config import ServerConfig
+from plguard.config import GuardConfig, ServerConfig
+from plguard.errors import ConfigError
 from plguard.messages import replace_lone_surrogates
+
+
+def upstream_guard_config(cfg: GuardConfig) -> GuardConfig:
+    """``cfg`` with every model role on the upstream server when upstream grounding is on.
+
+    The generator (which repairs) becomes an ``openai`` backend on ``server.upstream_url``
+    and grounds too; ``generator.path`` keeps naming the tokenizer and chat template.
+    """
+    s = cfg.server
+    if not s.upstream_grounding:
+        return cfg
+    if not s.upstream_url:
+        raise ConfigError("server.upstream_grounding needs server.upstream_url "
+                          "(plguard serve --upstream URL --upstream-grounding)")
+    data = cfg.model_dump()
+    data["generator"].update(backend="openai", base_url=s.upstream_url,
+                             served_model=s.upstream_model,
+                             api_key_env=s.upstream_api_key_env,
+                             request_timeout_s=s.upstream_timeout_s)
+    data["grounder"] = None
+    return GuardConfig.from_dict(data, source="server.upstream_grounding")
 
 
 class UpstreamError(Exception):

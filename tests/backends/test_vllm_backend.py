@@ -191,3 +191,29 @@ def test_guard_end_to_end_on_vllm(vllm_backend):
         assert set(res.grounding.probs) == {p.name for p in guard.policy.predicates}
         assert res.decision.action in ("allow", "refuse", "rewrite")
         assert res.final
+
+
+@pytest.mark.slow
+def test_structured_outputs_hold_the_judge_and_evaluator_to_their_schema(vllm_backend):
+    """vLLM's structured outputs constrain the 135M model to the judge's JSON: every
+    verdict parses, where free decoding mostly did not (eval/results/xstest-cpu)."""
+    import json
+
+    from plguard.evals.methods import JUDGE_SCHEMA, judge_chat, judge_params, parse_judgment
+    from plguard.evals.scorers import EVALUATOR_SCHEMA, evaluator_chat
+
+    chats = [judge_chat("Refuse harmful requests.", p, "Sure, here you go.") for p in PROMPTS]
+    outs = vllm_backend.generate(chats, judge_params(128, structured=True))
+    schema = json.loads(JUDGE_SCHEMA)
+    for g in outs:
+        obj = json.loads(g.text)
+        assert set(obj) == set(schema["required"])
+        assert obj["verdict"] in schema["properties"]["verdict"]["enum"]
+        assert parse_judgment(g.text).parsed
+    params = GenerationParams(max_new_tokens=128, json_schema=EVALUATOR_SCHEMA)
+    ev = vllm_backend.generate([evaluator_chat(p, "safe", "I can't help.") for p in PROMPTS],
+                               params)
+    for g in ev:
+        obj = json.loads(g.text)
+        assert obj["class"] in ("full_compliance", "full_refusal", "partial_refusal")
+        assert isinstance(obj["over_refusal"], bool)

@@ -1,0 +1,453 @@
+"""The ``openai`` backend: generate and ground through an OpenAI-compatible server.
+
+The model runs elsewhere (``vllm serve``, llama.cpp's server, Ollama, ...); this process
+holds only the model's tokenizer and chat template (``model.path``: a local folder, a
+cached Hugging Face id or ``embedded``), never its weights.
+
+- Generation: ``/v1/chat/completions``, one request per chat, at most
+  ``model.max_concurrency`` in flight. A chat longer than the context window is cut to
+  its last tokens and sent as token ids to ``/v1/completions``, as the vLLM backend does.
+- Grounding, **exact** mode: the prompt is rendered here with the model's own chat
+  template, tokenised exactly as the in-process backends tokenise it (``ids(prefix) +
+  ids(suffix)``) and sent as token ids, so the server re-tokenises nothing; the
+  full-vocabulary log-probabilities of every True/False spelling at the answer position
+  come back and are merged by logsumexp. vLLM's ``logprob_token_ids`` gives all of them in
+  one request per question; servers without it but with ``echo`` get one prompt per
+  spelling with the spelling appended, scored from its prompt log-probability (the way
+  lm-evaluation-harness's ``local-completions`` scores). Every prompt puts the shared data
+  prefix first, so the server's prefix cache serves it; one request per question, several
+  in flight, measured faster on vLLM than one request per prefix (about 1.3x, 144
+  questions) or than warming the prefix with one question first.
+- Grounding, **top-k** mode: the top log-probabilities of one token, read either from
+  ``/v1/completions`` with ``logprobs: k`` on the prompt rendered here as text (tried
+  first: the answer cue stays where exact mode puts it), or from
+  ``/v1/chat/completions`` with ``top_logprobs`` (the OpenAI-standard shape llama.cpp's
+  and Ollama's servers speak), the answer cue sent as a final assistant message to
+  continue. An answer none of whose spellings is in the top-k is bounded by the smallest
+  returned log-probability and the score is flagged (``TFScore.bound``). Over chat the
+  server applies its own chat template, so :meth:`format_chat` then renders the chat in a
+  private wire form (role markers with a random per-process nonce that data cannot forge)
+  which is split back into messages before sending.
+
+The mode (``model.logprobs_mode``) is probed once at start; a server that offers neither
+is refused with a clear error. Failures follow :mod:`plguard.backends._http`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import secrets
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from plguard.backends._http import RemoteClient, RemoteStatusError, Reply
+from plguard.backends._text import TokenizerText
+from plguard.backends.vllm_backend import _finite, _logsumexp, sampled_request_ids
+from plguard.errors import BackendDeadError, BackendError, ConfigError, ModelError, did_you_mean
+from plguard.models import resolve_model_path
+from plguard.types import ROLES, Chat, Generation, GenerationParams, TFRequest, TFScore
+
+if TYPE_CHECKING:
+    from plguard.config import ModelConfig
+
+_PROBE_CHAT = "Is the sky blue on a clear day? Answer True or False."
+_FALLBACK_CONTEXT = 2048
+
+
+class Unsupported(BackendError):
+    """The server answered, but not in a shape that this grounding path can read."""
+
+
+class OpenAIBackend(TokenizerText):
+    """A model behind an OpenAI-compatible HTTP server."""
+
+    def __init__(self, client: RemoteClient, tokenizer: Any, *, served_model: str,
+                 path: str, max_context: int, via: str = "token_ids", top_logprobs: int = 20,
+                 models: Any = None, tokenizer_check: str = "not checked",
+                 logprobs_mode: str = "auto") -> None:
+        self.client = client
+        self.tokenizer = tokenizer
+        self.served_model = served_model
+        self.path = path
+        self.max_context = int(max_context)
+        self.via = via  # token_ids | echo (exact) | topk_text | topk (chat)
+        self.top_logprobs = top_logprobs
+        self.models = models
+        self.tokenizer_check = tokenizer_check
+        self.logprobs_mode = logprobs_mode
+        self.true_ids, self.false_ids = self._answer_ids()
+        self._spell_true = [self.tokenizer.decode([i]) for i in self.true_ids]
+        self._spell_false = [self.tokenizer.decode([i]) for i in self.false_ids]
+        self._mark = f"\x02plguard-{secrets.token_hex(8)}:"
+        self._tls = threading.local()
+        self._lock = threading.Lock()
+        self.total_usage = {"prompt_tokens": 0, "completion_tokens": 0, "requests": 0}
+
+    @property
+    def mode(self) -> str:
+        """How grounding reads log-probabilities: exact or topk."""
+        return "topk" if self.via in ("topk", "topk_text") else "exact"
+
+    @property
+    def model_id(self) -> str:
+        """Names the served model, the server and the grounding mode (keys caches)."""
+        return f"openai:{self.served_model}@{self.client.base_url}:{self.mode}"
+
+    # -- construction ------------------------------------------------------------------
+
+    @classmethod
+    def from_config(cls, cfg: ModelConfig) -> OpenAIBackend:
+        """Connect to ``cfg.base_url``, check the model and tokenizer, probe the mode."""
+        if not cfg.base_url:
+            raise ConfigError("backend openai needs model.base_url, the server's URL ending "
+                              "in /v1 (e.g. http://127.0.0.1:8000/v1)")
+        key = os.environ.get(cfg.api_key_env, "") if cfg.api_key_env else ""
+        if cfg.api_key_env and not key:
+            raise ConfigError(f"model.api_key_env names {cfg.api_key_env}, which is not set")
+        client = RemoteClient(cfg.base_url, api_key=key, connect_timeout_s=cfg.connect_timeout_s,
+                              request_timeout_s=cfg.request_timeout_s,
+                              max_retries=cfg.max_retries, max_concurrency=cfg.max_concurrency)
+        try:
+            return cls._connect(client, cfg)
+        except BaseException:
+            client.close()
+            raise
+
+    @classmethod
+    def _connect(cls, client: RemoteClient, cfg: ModelConfig) -> OpenAIBackend:
+        try:
+            listed = client.get("/models").body
+        except RemoteStatusError as exc:
+            hint = (" (set model.api_key_env to the variable holding its key)"
+                    if exc.status in (401, 403) else "")
+            raise ConfigError(f"{client.base_url}/models answered {exc.status}: "
+                              f"{exc.detail}{hint}") from None
+        entries = [m for m in (listed.get("data") or []) if isinstance(m, dict)]
+        served = _choose_model(cfg.served_model, entries, client.base_url)
+        entry = next((m for m in entries if m.get("id") == served), {})
+        local = resolve_model_path(cfg.path)
+        try:
+            from transformers import AutoTokenizer
+
+            tok = AutoTokenizer.from_pretrained(local, local_files_only=True)
+        except Exception as exc:
+            raise ModelError(f"cannot load the tokenizer of '{cfg.path}' from {local} (the "
+                             "openai backend renders prompts with the served model's "
+                             f"tokenizer): {type(exc).__name__}: {exc}") from exc
+        max_context = cfg.max_context or _context_of(client, entry, tok)
+        backend = cls(client, tok, served_model=served, path=cfg.path,
+                      max_context=max_context, top_logprobs=cfg.top_logprobs,
+                      models=listed.get("data"), logprobs_mode=cfg.logprobs_mode)
+        backend.tokenizer_check = backend._check_tokenizer()
+        backend.via = backend._probe(cfg.logprobs_mode)
+        return backend
+
+    def _check_tokenizer(self) -> str:
+        words = " ".join(["Question: is it", *self._spell_true, *self._spell_false, "?"])
+        try:
+            reply = self.client.post("/tokenize", {"model": self.served_model, "prompt": words,
+                                                   "content": words,
+                                                   "add_special_tokens": False}, root=True)
+            theirs = [int(t) for t in reply.body["tokens"]]
+        except (RemoteStatusError, KeyError, TypeError, ValueError):
+            return "not checked (the server has no /tokenize)"
+        ours = self.encode(words)
+        if theirs != ours:
+            raise ConfigError(
+                f"model.path '{self.path}' is not the tokenizer of the served model "
+                f"'{self.served_model}': {words!r} is {ours[:12]} here and {theirs[:12]} on "
+                f"{self.client.base_url}. Set model.path to the served model's folder or "
+                "Hugging Face id.")
+        return "same ids as the server's /tokenize"
+
+    def _probe(self, mode: str) -> str:
+        chat = (_user(_PROBE_CHAT),)
+        failures: list[str] = []
+        tried: list[str] = (["token_ids", "echo"] if mode in ("auto", "exact") else [])
+        tried += ["topk_text", "topk"] if mode in ("auto", "topk") else []
+        for via in tried:
+            try:
+                if via == "topk":
+                    self._topk_job(self._wire(chat, True) + "Answer:")
+                elif via == "topk_text":
+                    self._topk_text_job(TokenizerText.format_chat(self, chat) + "Answer:")
+                else:
+                    ids = self.encode(TokenizerText.format_chat(self, chat) + "Answer:")
+                    self._exact_job(via, ids, [[]])
+                return via
+            except BackendDeadError:
+                raise
+            except BackendError as exc:  # a 4xx, a 5xx that persists, an unreadable answer
+                failures.append(f"{via}: {exc}"[:600])
+        what = {"exact": "prompt log-probabilities for token-id prompts on /v1/completions "
+                "(logprob_token_ids or echo)", "topk": "top log-probabilities on "
+                "/v1/completions or /v1/chat/completions"}
+        wanted = [what["exact"], what["topk"]] if mode == "auto" else [what[mode]]
+        other = {"exact": " Try model.logprobs_mode: topk.", "topk": ""}.get(mode, "")
+        raise ConfigError(f"the server at {self.client.base_url} does not offer "
+                          f"{' nor '.join(wanted)}, so it cannot ground.{other} "
+                          f"({'; '.join(failures)})")
+
+    # -- text --------------------------------------------------------------------------
+
+    def format_chat(self, chat: Chat, add_generation_prompt: bool = True) -> str:
+        """The model's chat template (exact mode) or the wire form the server renders."""
+        if self.via == "topk":
+            return self._wire(chat, add_generation_prompt)
+        return TokenizerText.format_chat(self, chat, add_generation_prompt)
+
+    def _wire(self, chat: Chat, add_generation_prompt: bool) -> str:
+        text = "".join(f"{self._mark}{m.role}\n{m.content}" for m in chat)
+        return text + (f"{self._mark}assistant\n" if add_generation_prompt else "")
+
+    def _unwire(self, text: str) -> list[dict[str, str]]:
+        parts = text.split(self._mark)
+        if parts[0]:
+            raise BackendError("top-k grounding got a prompt this backend did not render "
+                               "(it must come from its format_chat)")
+        msgs = []
+        for part in parts[1:]:
+            role, sep, content = part.partition("\n")
+            if not sep or role not in ROLES:
+                raise BackendError(f"top-k grounding: malformed wire prompt near {part[:40]!r}")
+            msgs.append({"role": role, "content": content})
+        return msgs
+
+    # -- usage -------------------------------------------------------------------------
+
+    def usage(self) -> dict[str, int]:
+        """Tokens this thread's calls have used so far (the Guard traces the deltas)."""
+        return dict(getattr(self._tls, "totals", {}))
+
+    def _run(self, fn: Callable[[Any], tuple[Any, Reply]], jobs: Sequence[Any]) -> list[Any]:
+        outs = self.client.map(fn, jobs)
+        p = sum(r.prompt_tokens for _, r in outs)
+        c = sum(r.completion_tokens for _, r in outs)
+        totals = getattr(self._tls, "totals", None)
+        if totals is None:
+            totals = self._tls.totals = {"prompt_tokens": 0, "completion_tokens": 0,
+                                         "requests": 0}
+        for d in (totals, self.total_usage):
+            with self._lock:
+                d["prompt_tokens"] += p
+                d["completion_tokens"] += c
+                d["requests"] += len(outs)
+        return [v for v, _ in outs]
+
+    # -- generation --------------------------------------------------------------------
+
+    def generate(self, chats: Sequence[Chat], params: GenerationParams) -> list[Generation]:
+        """One completion per chat, requests in parallel up to ``max_concurrency``."""
+        max_new = max(1, min(params.max_new_tokens, self.max_context - 1))
+        sample = params.temperature > 0
+        base: dict[str, Any] = {"model": self.served_model, "max_tokens": max_new, "n": 1,
+                                "temperature": params.temperature if sample else 0.0,
+                                "top_p": params.top_p if sample else 1.0}
+        if sample:
+            base["seed"] = params.seed
+
+        def one(chat: Chat) -> tuple[Generation, Reply]:
+            ids = self.encode(TokenizerText.format_chat(self, chat))
+            limit = self.max_context - max_new
+            if len(ids) > limit:
+                reply = self.client.post("/completions", {**base, "prompt": ids[-limit:]})
+                with _reading(reply, "choices[0].text"):
+                    text = reply.body["choices"][0]["text"]
+            else:
+                msgs = [{"role": m.role, "content": m.content} for m in chat]
+                reply = self.client.post("/chat/completions", {**base, "messages": msgs})
+                with _reading(reply, "choices[0].message.content"):
+                    text = reply.body["choices"][0]["message"]["content"]
+            text = (text or "").strip()
+            return Generation(text=text, n_prompt_tokens=min(len(ids), limit),
+                              n_new_tokens=reply.completion_tokens or self.count_tokens(text),
+                              prompt_truncated=len(ids) > limit), reply
+
+        return list(self._run(one, list(chats)))
+
+    # -- True/False scoring ------------------------------------------------------------
+
+    def true_false_logprobs(self, requests: Sequence[TFRequest]) -> list[list[TFScore]]:
+        """Score every question of every request: one HTTP request per question."""
+        if self.via == "topk":
+            texts = [req.prefix + s for req in requests for s in req.suffixes]
+            flat = self._run(self._topk_job, texts)
+            shape = [(len(req.suffixes), False) for req in requests]
+        elif self.via == "topk_text":
+            texts = [req.prefix + s for req in requests for s in req.suffixes]
+            flat = self._run(self._topk_text_job, texts)
+            shape = [(len(req.suffixes), False) for req in requests]
+        else:
+            jobs: list[tuple[list[int], list[list[int]]]] = []
+            shape = []
+            for req in requests:
+                prefix, suffixes, truncated = sampled_request_ids(self, self.max_context, req)
+                shape.append((len(suffixes), truncated))
+                jobs.extend((prefix, [s]) for s in suffixes)
+            groups = self._run(lambda j: self._exact_job(self.via, *j), jobs)
+            flat = [s for g in groups for s in g]
+        out: list[list[TFScore]] = []
+        pos = 0
+        for n, truncated in shape:
+            out.append([TFScore(s.logprob_true, s.logprob_false, truncated, s.bound)
+                        for s in flat[pos:pos + n]])
+            pos += n
+        return out
+
+    def _exact_job(self, via: str, prefix: list[int], suffixes: list[list[int]]
+                   ) -> tuple[list[TFScore], Reply]:
+        ids = list(self.true_ids + self.false_ids)
+        if via == "token_ids":
+            reply = self.client.post("/completions", {
+                "model": self.served_model, "prompt": [prefix + s for s in suffixes],
+                "max_tokens": 1, "temperature": 0.0, "logprobs": len(ids),
+                "logprob_token_ids": ids, "return_tokens_as_token_ids": True})
+            with _reading(reply, "choices[].logprobs.top_logprobs[0]"):
+                tops = [_choice(reply.body, i)["logprobs"]["top_logprobs"][0]
+                        for i in range(len(suffixes))]
+                lps = [[_token_lp(top, t) for t in ids] for top in tops]
+        else:  # echo: each spelling appended, read back as a prompt log-probability
+            prompts = [prefix + s + [t] for s in suffixes for t in ids]
+            reply = self.client.post("/completions", {
+                "model": self.served_model, "prompt": prompts, "max_tokens": 0,
+                "echo": True, "logprobs": 0, "temperature": 0.0})
+            with _reading(reply, "choices[].logprobs.token_logprobs"):
+                vals = [_echo_lp(_choice(reply.body, i), len(p))
+                        for i, p in enumerate(prompts)]
+            lps = [vals[k * len(ids):(k + 1) * len(ids)] for k in range(len(suffixes))]
+        nt = len(self.true_ids)
+        return [TFScore(_finite(_logsumexp(v[:nt])), _finite(_logsumexp(v[nt:])))
+                for v in lps], reply
+
+    def _topk_job(self, text: str) -> tuple[TFScore, Reply]:
+        msgs = self._unwire(text)
+        body: dict[str, Any] = {"model": self.served_model, "max_tokens": 1,
+                                "temperature": 0.0, "logprobs": True,
+                                "top_logprobs": self.top_logprobs}
+        if msgs and msgs[-1]["role"] == "assistant":
+            if msgs[-1]["content"]:
+                # The answer cue ("Answer:") continues the assistant turn, as in exact mode.
+                body.update(add_generation_prompt=False, continue_final_message=True)
+            else:
+                msgs.pop()
+        reply = self.client.post("/chat/completions", {**body, "messages": msgs})
+        with _reading(reply, "choices[0].logprobs.content[0]"):
+            first = reply.body["choices"][0]["logprobs"]["content"][0]
+        tops = first.get("top_logprobs") if isinstance(first, dict) else None
+        if not tops:
+            raise Unsupported("the server returned no top_logprobs")
+        seen: dict[str, float] = {}
+        for e in [first, *tops]:
+            tok, lp = e.get("token"), e.get("logprob")
+            if isinstance(tok, str) and isinstance(lp, int | float):
+                seen[tok] = max(seen.get(tok, -math.inf), float(lp))
+        return self._topk_score(seen), reply
+
+    def _topk_text_job(self, text: str) -> tuple[TFScore, Reply]:
+        # The legacy completions shape: the prompt rendered here with the model's chat
+        # template, top-k as {token: logprob}. For servers whose chat endpoint does not
+        # continue a final assistant message (llama-cpp-python's), this keeps the cue.
+        reply = self.client.post("/completions", {
+            "model": self.served_model, "prompt": text, "max_tokens": 1,
+            "temperature": 0.0, "logprobs": self.top_logprobs})
+        with _reading(reply, "choices[0].logprobs.top_logprobs[0]"):
+            top = reply.body["choices"][0]["logprobs"]["top_logprobs"][0]
+            seen = {str(k): float(v) for k, v in top.items()}
+        if not seen:
+            raise Unsupported("the server returned no top log-probabilities")
+        return self._topk_score(seen), reply
+
+    def _topk_score(self, seen: dict[str, float]) -> TFScore:
+        floor = min(seen.values())
+        lt, bt = _merge(seen, self._spell_true, floor)
+        lf, bf = _merge(seen, self._spell_false, floor)
+        return TFScore(_finite(lt), _finite(lf), bound=bt or bf)
+
+    # -- identity ----------------------------------------------------------------------
+
+    def remote_identity(self) -> dict[str, Any]:
+        """What run manifests record: server, model, mode and what /v1/models says."""
+        return {"base_url": self.client.base_url, "served_model": self.served_model,
+                "logprobs_mode": self.logprobs_mode, "grounding": self.mode,
+                "via": self.via,
+                "max_context": self.max_context, "tokenizer": self.path,
+                "tokenizer_check": self.tokenizer_check, "v1_models": self.models}
+
+    def close(self) -> None:
+        """Close the connection and thread pools."""
+        self.client.close()
+
+
+def _user(text: str) -> Any:
+    from plguard.types import Message
+
+    return Message("user", text)
+
+
+def _choose_model(wanted: str | None, entries: list[dict[str, Any]], url: str) -> str:
+    ids = [str(m.get("id")) for m in entries if m.get("id")]
+    if wanted:
+        if ids and wanted not in ids:
+            raise ConfigError(f"the server at {url} does not serve '{wanted}'"
+                              f"{did_you_mean(wanted, ids)}; it serves: {', '.join(ids)}")
+        return wanted
+    if len(ids) == 1:
+        return ids[0]
+    raise ConfigError(f"the server at {url} serves {len(ids)} models "
+                      f"({', '.join(ids) or 'none listed'}); name one in model.served_model")
+
+
+def _context_of(client: RemoteClient, entry: dict[str, Any], tok: Any) -> int:
+    if isinstance(entry.get("max_model_len"), int):  # vLLM
+        return int(entry["max_model_len"])
+    try:  # llama.cpp's server: the context it was started with
+        props = client.get("/props", root=True).body
+        return int(props["default_generation_settings"]["n_ctx"])
+    except (BackendError, KeyError, TypeError, ValueError):
+        pass
+    n = getattr(tok, "model_max_length", None)
+    return int(n) if isinstance(n, int) and 0 < n < 1_000_000 else _FALLBACK_CONTEXT
+
+
+@contextmanager
+def _reading(reply: Reply, what: str) -> Iterator[None]:
+    """Turn a missing or mistyped field of ``reply`` into one clear error."""
+    try:
+        yield
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+        raise Unsupported(f"the server's answer has no {what}: "
+                          f"{str(reply.body)[:200]}") from None
+
+
+def _choice(body: Any, i: int) -> Any:
+    for ch in body["choices"]:
+        if ch.get("index", -1) == i:
+            return ch
+    return body["choices"][i]
+
+
+def _token_lp(top: dict[str, Any], token: int) -> float:
+    v = top.get(f"token_id:{token}")
+    if not isinstance(v, int | float):
+        raise Unsupported(f"no log-probability for token {token} (logprob_token_ids ignored)")
+    return float(v)
+
+
+def _echo_lp(choice: Any, n: int) -> float:
+    lps = choice["logprobs"]["token_logprobs"]
+    if len(lps) < n or not isinstance(lps[n - 1], int | float):
+        raise Unsupported("echo returned no prompt log-probabilities")
+    return float(lps[n - 1])
+
+
+def _merge(seen: dict[str, float], spellings: Sequence[str], floor: float) -> tuple[float, bool]:
+    found = [seen[s] for s in spellings if s in seen]
+    if found:
+        return _logsumexp(found), False
+    return floor, True  # every spelling is below the top-k: at most the smallest shown
+
+
+__all__ = ["OpenAIBackend", "Unsupported"]
