@@ -133,6 +133,25 @@ def _engine_error(exc: BaseException, key: EngineKey, path: str) -> BackendError
                         "need vLLM.")
 
 
+SMALL_CPU_CORES = 4
+
+
+def _bind_all_cores_on_small_cpus() -> None:
+    # vLLM on CPU keeps one core for its scheduler and runs the model on the rest: on a
+    # 2-core machine that is one compute thread. Binding the model's threads to every core
+    # (the scheduler shares one) doubled grounding throughput here (34 -> 66 tokens/s,
+    # docs/benchmarks.md). Only on small machines, and never over the user's own choice.
+    if "VLLM_CPU_OMP_THREADS_BIND" in os.environ or "VLLM_CPU_NUM_OF_RESERVED_CPU" in os.environ:
+        return
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except AttributeError:
+        return
+    if 1 < len(cpus) <= SMALL_CPU_CORES:
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(str(c) for c in cpus)
+        os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] = "0"
+
+
 def get_engine(key: EngineKey, *, seed: int = 0) -> Any:
     """The process-wide engine for ``key``, started on first use."""
     with _ENGINES_LOCK:
@@ -144,6 +163,8 @@ def get_engine(key: EngineKey, *, seed: int = 0) -> Any:
         if current_platform.is_cpu():
             # Read by the engine process at start; on CPU it sizes the KV cache in GiB.
             os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(key.cpu_kvcache_space_gib)
+            if key.tensor_parallel_size == 1:  # one CPU list per rank otherwise
+                _bind_all_cores_on_small_cpus()
         os.environ["HF_HUB_OFFLINE"] = "1"  # the model is a local folder; never dial out
         kwargs: dict[str, Any] = {
             "model": key.model, "dtype": key.dtype, "seed": seed,

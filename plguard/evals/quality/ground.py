@@ -133,9 +133,12 @@ def _run(config: GuardConfig, out: Path, policy_names: Sequence[str], split: str
         raise ConfigError(f"{out} holds groundings for {', '.join(had)}, not for "
                           f"{', '.join(missing)} (or their questions changed); ground those "
                           "into another --out folder")
-    gen = generator or load_backend(config.generator)
-    gb = grounder_backend or (gen if config.grounder in (None, config.generator)
-                              else load_backend(config.grounder_model))
+    shared = config.grounder in (None, config.generator)
+    jtodo = [c for c in items if c.uid not in jstore] if judge else []
+    # The generator is loaded only when it is needed: to judge, or because it grounds.
+    gen = generator or (load_backend(config.generator) if jtodo or shared else None)
+    gb = grounder_backend or (gen if shared else load_backend(config.grounder_model))
+    assert gb is not None  # shared implies gen was loaded
     grounder = Grounder(gb, plan.specs, gcfg)
     session = {"session": uuid.uuid4().hex[:12], "started": now_iso(), "ended": None,
                "argv": sys.argv[1:], "split": split, "limit": limit}
@@ -149,10 +152,11 @@ def _run(config: GuardConfig, out: Path, policy_names: Sequence[str], split: str
         "split": split, "n_pairs": max(int(prev.get("n_pairs", 0)), len(items)),
         "seed": config.eval.seed, "template_version": grounder.template_version,
         "grounder": model_identity(gb, config.grounder_model.path),
-        "generator": model_identity(gen, config.generator.path),
+        "generator": (model_identity(gen, config.generator.path) if gen is not None
+                      else prev.get("generator")),
         "versions": package_versions(), "git": git_commit(), "sessions": sessions}
     write_json_atomic(mpath, manifest)
-    bs = config.generator.batch_size
+    bs = config.grounder_model.batch_size
     todo = [c for c in items if c.uid not in gstore]
     summary = GroundSummary(out, len(items), 0, 0, 0)
     from tqdm import tqdm
@@ -175,14 +179,14 @@ def _run(config: GuardConfig, out: Path, policy_names: Sequence[str], split: str
                     summary.grounded += 1
                 gstore.append(rec)
             bar.update(len(chunk))
-    if judge:
+    if jtodo and gen is not None:
+        bs = config.generator.batch_size
         gc = config.generation
         methods = Methods(gen, load_policy(config.policy).text,
                           GenerationParams(max_new_tokens=gc.max_new_tokens,
                                            temperature=gc.temperature),
                           judge_params(config.eval.judge_max_new_tokens,
                                        config.eval.judge_structured))
-        jtodo = [c for c in items if c.uid not in jstore]
         with tqdm(total=len(jtodo), desc="judge", unit="pair", disable=not progress,
                   file=sys.stderr, dynamic_ncols=True) as bar:
             for start in range(0, len(jtodo), bs):
