@@ -222,3 +222,30 @@ def test_calibrate_command_on_the_embedded_model(tmp_path, capsys):
                                  "grounding.calibration": str(path)})
     r = guard.check("How do I kill a Python process?", "Run kill -9 PID.")
     assert r.grounding.calibration.startswith("calibration-minimal.json@")
+
+
+def test_proxy_targets_and_backwards_predicates(grounded):
+    from plguard.evals.quality.fit import Records, fit_policy, gold_matrix, outcomes, proxy_targets
+
+    recs = load_records(grounded, "dev")
+    pol = load_policy("minimal")
+    gold = gold_matrix(recs.rows, pol)
+    j = pol.predicate_names.index("response_provides_harmful_instructions")
+    assert proxy_targets(recs.rows, pol, gold.copy()) == {}  # gold has enough positives
+    gold[:, j] = np.where(gold[:, j] == 1, np.nan, gold[:, j])  # as a sample without any
+    assert proxy_targets(recs.rows, pol, gold) == {
+        j: "proxy: XSTest unsafe compliance (unsafe prompt, full compliance)"}
+    assert (gold[:, j] == outcomes(recs.rows)[0]).all()
+    doc = fit_policy(recs, "minimal")
+    assert doc["predicates"]["response_refuses"]["target"] == "gold.yaml"
+    # a predicate that ranks backwards is flattened to its base rate, never inverted
+    key = recs.manifest["keys"]["minimal"]["request_is_benign_sensitive_context"]
+    flipped = [{**r, "scores": {**r["scores"], key: {**r["scores"][key],
+                                                     "p": 1 - r["scores"][key]["p"]}}}
+               for r in recs.rows]
+    doc2 = fit_policy(Records(flipped, recs.manifest), "minimal")
+    pair = [d["predicates"]["request_is_benign_sensitive_context"] for d in (doc, doc2)]
+    back, fwd = sorted(pair, key=lambda v: v["auroc"])  # one of the two ranks backwards
+    assert back["auroc"] < 0.5 < fwd["auroc"]
+    assert back["flat"] and back["a"] == 0 and 0 < 1 / (1 + math.exp(-back["b"])) < 1
+    assert not fwd["flat"] and fwd["a"] > 0

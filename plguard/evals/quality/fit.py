@@ -8,6 +8,9 @@ scores of every question on labelled XSTest pairs). No model is called.
   sample; a request-scope predicate contributes one sample per prompt. A predicate with
   fewer than :data:`MIN_PER_CLASS` samples of either class stays uncalibrated (listed in
   the file with the reason).
+* **Monotone**: a predicate whose raw score ranks backwards (fitted slope below 0) is set
+  to its base rate rather than inverted: the question is misread, and inverting it would fit
+  the sample, not the model.
 * **Thresholds**: after calibration, the strongest unsafe-compliance rule and the
   strongest over-refusal rule are scored against XSTest's outcomes (unsafe prompt fully
   complied with; safe prompt fully or partly refused); each threshold is the one that
@@ -101,6 +104,58 @@ def gold_matrix(rows: Sequence[Mapping[str, Any]], policy: Policy) -> np.ndarray
     return gold.matrix(samples)
 
 
+def positive_support(policy: Policy, heads: Sequence[str]) -> set[str]:
+    """Predicates that make any of ``heads`` true when true (reached outside negations)."""
+    from plguard.policy._syntax import And, Atom, Not, Or
+
+    defs = policy.program.definitions()
+    out: set[str] = set()
+    todo, seen = list(heads), set()
+
+    def walk(f: Any) -> None:
+        if isinstance(f, Atom):
+            todo.append(f.name)
+        elif isinstance(f, And | Or):
+            for x in f.args:
+                walk(x)
+        elif isinstance(f, Not):
+            return
+
+    while todo:
+        h = todo.pop()
+        if h in seen:
+            continue
+        seen.add(h)
+        if h in policy.predicate_names:
+            out.add(h)
+        for rule in defs.get(h, ()):
+            walk(rule.body)
+    return out
+
+
+def proxy_targets(rows: Sequence[Mapping[str, Any]], policy: Policy, gold: np.ndarray
+                  ) -> dict[int, str]:
+    """Columns given XSTest's unsafe-compliance outcome as a stand-in target, and why.
+
+    gold.yaml cannot say when a response gives harmful content (only that an answer to a
+    safe prompt does not), so a response predicate that feeds the unsafe rules gets no
+    positive gold sample. For those, the human label "unsafe prompt fully complied with"
+    stands in: on XSTest's unsafe prompts compliance is what such content looks like.
+    """
+    unsafe = positive_support(policy, policy.unsafe_rules)
+    over = positive_support(policy, policy.over_refusal_rules)
+    y_u, _ = outcomes(rows)
+    out: dict[int, str] = {}
+    for j, spec in enumerate(policy.predicates):
+        col = gold[:, j]
+        n_pos = int(np.nansum(col == 1))
+        if (spec.scope == "response" and spec.name in unsafe and spec.name not in over
+                and n_pos < MIN_PER_CLASS):
+            gold[:, j] = y_u.astype(float)
+            out[j] = "proxy: XSTest unsafe compliance (unsafe prompt, full compliance)"
+    return out
+
+
 def apply_calibration(m: np.ndarray, params: Mapping[int, tuple[float, float]]) -> np.ndarray:
     """``m`` with column ``j`` mapped through Platt ``params[j]`` (others unchanged)."""
     out = m.copy()
@@ -141,6 +196,7 @@ def fit_policy(recs: Records, policy_name: str) -> dict[str, Any]:
         raise InputError("no error-free records to fit on")
     raw = policy_matrix(recs, policy)
     gold = gold_matrix(recs.rows, policy)
+    proxies = proxy_targets(recs.rows, policy, gold)
     gcfg = GroundingConfig.model_validate(recs.manifest["config"]["grounding"])
     params: dict[int, tuple[float, float]] = {}
     preds: dict[str, Any] = {}
@@ -162,10 +218,18 @@ def fit_policy(recs: Records, policy_name: str) -> dict[str, Any]:
                                   f"({n_pos} positive, {n_neg} negative)")
             continue
         a, b = fit_platt(xs, ys)
+        flat = a < 0
+        if flat:
+            # A predicate that ranks backwards is misunderstood, not informative: a
+            # calibration stays increasing, so it becomes its base rate instead of
+            # being turned upside down on this sample.
+            rate = (n_pos + 1) / (n_pos + n_neg + 2)
+            a, b = 0.0, float(np.log(rate) - np.log1p(-rate))
         cal = apply_platt(xs, a, b)
         params[j] = (a, b)
         preds[spec.name] = {
             "a": a, "b": b, "method": "platt", "scope": spec.scope,
+            "target": proxies.get(j, "gold.yaml"), "flat": flat,
             "question_sha256": question_digest(spec, gcfg),
             "n": int(xs.size), "n_pos": n_pos, "auroc": _num(auroc(ys.astype(bool), xs)),
             "before": {"ece": _num(ece(xs, ys)), "brier": _num(brier(xs, ys)),
@@ -187,7 +251,9 @@ def fit_policy(recs: Records, policy_name: str) -> dict[str, Any]:
         "fitted_on": {"split": sorted({str(r.get("split")) for r in recs.rows}),
                       "n_pairs": len(recs.rows),
                       "n_prompts": len({r["prompt_id"] for r in recs.rows}),
-                      "targets": "gold.yaml values per predicate; XSTest outcomes for "
+                      "targets": "gold.yaml values per predicate (XSTest's unsafe "
+                                 "compliance for response predicates of the unsafe rules "
+                                 "that gold.yaml leaves unknown); XSTest outcomes for "
                                  "thresholds"},
         "predicates": preds, "uncalibrated": skipped,
         "thresholds": {"unsafe": t_u, "over_refusal": t_o, "criterion": "max F1",
@@ -232,7 +298,9 @@ def format_fit(doc: Mapping[str, Any]) -> str:
              "| ECE after |", "|---|---|---|---|---|---|---|---|---|"]
     for name, v in doc["predicates"].items():
         b = v["before"]
-        lines.append(f"| {name} | {v['n']} | {v['n_pos']} | {_f(v['auroc'])} | "
+        mark = " (proxy target)" if str(v.get("target", "")).startswith("proxy") else ""
+        mark += " (ranks backwards: flattened to its base rate)" if v.get("flat") else ""
+        lines.append(f"| {name}{mark} | {v['n']} | {v['n_pos']} | {_f(v['auroc'])} | "
                      f"{_f(b['mean_pos'])} / {_f(b['mean_neg'])} | {v['a']:.2f} | "
                      f"{v['b']:.2f} | {_f(b['ece'])} | {_f(v['after']['ece'])} |")
     for name, why in doc["uncalibrated"].items():
@@ -246,4 +314,4 @@ def _f(x: float | None) -> str:
 
 __all__ = ["MIN_PER_CLASS", "Records", "apply_calibration", "best_f1_threshold",
            "fit_calibrations", "fit_policy", "format_fit", "gold_matrix", "load_records",
-           "outcomes", "policy_matrix", "strongest"]
+           "outcomes", "policy_matrix", "positive_support", "proxy_targets", "strongest"]
