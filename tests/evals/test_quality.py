@@ -249,3 +249,37 @@ def test_proxy_targets_and_backwards_predicates(grounded):
     assert back["auroc"] < 0.5 < fwd["auroc"]
     assert back["flat"] and back["a"] == 0 and 0 < 1 / (1 + math.exp(-back["b"])) < 1
     assert not fwd["flat"] and fwd["a"] > 0
+
+
+def test_compare_levers_ranks_an_informative_run_above_a_blind_one(grounded, tmp_path,
+                                                                    capsys):
+    from plguard.cli import main
+
+    def blind(prefix: str, suffix: str) -> float:  # reads nothing: the same P everywhere
+        return 0.5
+
+    backend = ScriptedBackend(lambda c: "{}", blind)
+    other = tmp_path / "blind"
+    ground_labelled(_guard_config(), other, policies=["minimal"], split="dev",
+                    limit=60, judge=False, progress=False, grounder=backend,
+                    generator=backend)
+    out = tmp_path / "cmp.md"
+    assert main(["eval", "quality", "compare", str(grounded), str(other), "--out", str(out),
+                 "--bootstrap", "50"]) == 0
+    doc = json.loads(out.with_suffix(".json").read_text())
+    assert doc["n_pairs"] == 60  # the pairs both runs hold (the blind run has fewer)
+    rules = {(r["policy"], r["run"]): r for r in doc["rules"]}
+    ref, blind_row = rules[("minimal", str(grounded))], rules[("minimal", str(other))]
+    assert blind_row["over_refusal"] == pytest.approx(0.5)
+    assert ref["over_refusal"] > 0.6
+    lo, hi = blind_row["over_refusal_diff_ci"]
+    assert lo <= blind_row["over_refusal"] - ref["over_refusal"] <= hi < 0
+    # one_question is only in the reference run: listed there, absent from the other
+    assert ("one_question", str(grounded)) in rules
+    assert ("one_question", str(other)) not in rules
+    preds = {(p["policy"], p["predicate"], p["run"]): p for p in doc["predicates"]}
+    assert preds[("minimal", "response_refuses", str(grounded))]["auroc"] > 0.8
+    assert {p["target"] for p in doc["predicates"]} <= {"gold", "proxy"}
+    assert "| minimal | response_refuses |" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["eval", "quality", "compare"])

@@ -55,6 +55,22 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from plguard.evals.quality.compare import compare_runs, render_compare
+
+    doc = compare_runs(args.runs, split=args.split, policy_dirs=args.policy_dirs or (),
+                       n_boot=args.bootstrap)
+    text = render_compare(doc)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text, encoding="utf-8")
+        from plguard.evals.store import write_json_atomic
+
+        write_json_atomic(Path(args.out).with_suffix(".json"), doc)
+    print(text)
+    return 0
+
+
 def calibrate_model(config: Any, policies: list[str], out: Path, *, work: Path | None,
                     limit: int | None, progress: bool) -> list[Path]:
     """Ground the XSTest dev split with the configured model, then fit each policy."""
@@ -141,6 +157,17 @@ def add_quality_commands(eval_sub: Any) -> None:
     r.add_argument("--bootstrap", type=positive_int, default=1000)
     r.add_argument("--out", metavar="DIR", help="Default: the run folder.")
     r.set_defaults(func=_cmd_report)
+
+    c = sub.add_parser("compare", help="Compare grounding runs that differ by one lever "
+                       "(rule and predicate AUROCs on their common pairs; no model).")
+    c.add_argument("runs", nargs="+", metavar="DIR", help="Grounding run folders; the "
+                   "first is the reference.")
+    c.add_argument("--policy-dirs", type=_csv, metavar="DIRS", help="Variant bundle "
+                   "folders (named <policy>-<tag>) that the runs were grounded with.")
+    c.add_argument("--split", choices=SPLITS, default="dev")
+    c.add_argument("--bootstrap", type=positive_int, default=1000)
+    c.add_argument("--out", metavar="FILE.md", help="Also write the table here (and .json).")
+    c.set_defaults(func=_cmd_compare)
 
 
 def add_calibrate_command(subparsers: Any) -> None:

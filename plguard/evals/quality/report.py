@@ -30,10 +30,11 @@ from plguard.evals.quality.fit import (
     load_records,
     outcomes,
     policy_matrix,
+    proxy_targets,
     strongest,
 )
 from plguard.evals.store import read_jsonl, write_json_atomic
-from plguard.policy import load_policy
+from plguard.policy import Policy, load_policy
 
 WEAK_PREDICATE = 0.6
 
@@ -165,11 +166,12 @@ def quality_report(folder: str | Path, policies: Sequence[str], calibration_dir:
     return doc
 
 
-def predicate_aurocs(recs: Records, policy_name: str) -> list[dict[str, Any]]:
+def predicate_aurocs(recs: Records, policy_name: str | Policy) -> list[dict[str, Any]]:
     """AUROC of each predicate's raw P(True) against its gold value, where known."""
-    policy = load_policy(policy_name)
+    policy = policy_name if isinstance(policy_name, Policy) else load_policy(policy_name)
     raw = policy_matrix(recs, policy)
     gold = gold_matrix(recs.rows, policy)
+    proxies = proxy_targets(recs.rows, policy, gold)  # the same stand-ins the fit uses
     out = []
     for j, spec in enumerate(policy.predicates):
         keep = np.isfinite(raw[:, j]) & np.isfinite(gold[:, j])
@@ -182,6 +184,7 @@ def predicate_aurocs(recs: Records, policy_name: str) -> list[dict[str, Any]]:
         y, x = gold[keep, j].astype(bool), raw[keep, j]
         a = fast_auroc(y, x) if x.size else float("nan")
         out.append({"predicate": spec.name, "scope": spec.scope, "n": int(x.size),
+                    "target": "proxy" if j in proxies else "gold",
                     "positives": int(y.sum()), "auroc": None if not math.isfinite(a) else a,
                     "mean_pos": float(x[y].mean()) if y.any() else None,
                     "mean_neg": float(x[~y].mean()) if (~y).any() else None})
@@ -226,7 +229,8 @@ def render(doc: Mapping[str, Any], rows: Sequence[DetectorScore]) -> str:
         lines.append("")
     lines += ["## Per-predicate AUROC against gold (raw P(True))", "",
               f"Below {WEAK_PREDICATE} is marked **weak**. n counts pairs for response-scope "
-              "predicates and prompts for request-scope ones, where gold.yaml derives a value.",
+              "predicates and prompts for request-scope ones, where gold.yaml derives a value; "
+              "*(proxy)*: gold.yaml has no positives, XSTest's unsafe compliance stands in.",
               "", "| policy | predicate | scope | n | positives | AUROC | mean P pos / neg |",
               "|---|---|---|---|---|---|---|"]
     for pol, preds in doc["predicates"].items():
@@ -235,7 +239,8 @@ def render(doc: Mapping[str, Any], rows: Sequence[DetectorScore]) -> str:
             mark = " **weak**" if a is not None and a < WEAK_PREDICATE else ""
             means = (f"{p['mean_pos']:.2f} / {p['mean_neg']:.2f}"
                      if p["mean_pos"] is not None and p["mean_neg"] is not None else "-")
-            lines.append(f"| {pol} | {p['predicate']} | {p['scope']} | {p['n']} | "
+            proxy = " (proxy)" if p.get("target") == "proxy" else ""
+            lines.append(f"| {pol} | {p['predicate']}{proxy} | {p['scope']} | {p['n']} | "
                          f"{p['positives']} | {'n/a' if a is None else f'{a:.3f}'}{mark} | "
                          f"{means} |")
     return "\n".join(lines) + "\n"
