@@ -3,7 +3,7 @@
 # Model work goes through the grounding cache (~/.cache/plguard/grounding.sqlite), so a
 # rerun after the first only replays saved scores.
 set -euo pipefail
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../.."
 R=eval/results/ablation-cpu
 export OMP_NUM_THREADS=1
 

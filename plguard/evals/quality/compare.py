@@ -12,6 +12,7 @@ with ``<policy>`` of the other runs.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,11 @@ def _bundles(recs: Records, policy_dirs: Sequence[str]) -> dict[str, Policy]:
     for name in (recs.manifest.get("keys") or {}):
         out[family(name)] = load_policy(by_name.get(name, name))
     return out
+
+
+def _num(x: float) -> float | None:
+    """JSON has no NaN: an AUROC without both classes is ``None``."""
+    return None if not math.isfinite(x) else float(x)
 
 
 def _paired_ci(y: np.ndarray, a: np.ndarray, b: np.ndarray, n_boot: int,
@@ -81,13 +87,15 @@ def compare_runs(runs: Sequence[str | Path], *, split: str = "dev",
             pol = b[fam]
             u, o = strongest(pol, np.nan_to_num(policy_matrix(s, pol), nan=0.5))
             row: dict[str, Any] = {"policy": fam, "bundle": pol.name, "run": str(run),
-                                   "unsafe": fast_auroc(y_u, u),
-                                   "over_refusal": fast_auroc(y_o, o)}
+                                   "unsafe": _num(fast_auroc(y_u, u)),
+                                   "over_refusal": _num(fast_auroc(y_o, o))}
             if base is None:
                 base = (u, o)
             else:
-                row["unsafe_diff_ci"] = _paired_ci(y_u, base[0], u, n_boot, seed)
-                row["over_refusal_diff_ci"] = _paired_ci(y_o, base[1], o, n_boot, seed)
+                for key, y, a, b in (("unsafe", y_u, base[0], u),
+                                     ("over_refusal", y_o, base[1], o)):
+                    if row[key] is not None:
+                        row[f"{key}_diff_ci"] = _paired_ci(y, a, b, n_boot, seed)
             rules.append(row)
             for p in predicate_aurocs(s, pol):
                 preds.append({"policy": fam, "run": str(run), **p})
@@ -113,12 +121,15 @@ def render_compare(doc: dict[str, Any]) -> str:
 
         def diff(key: str, r: dict[str, Any] = r, f: dict[str, Any] = f) -> str:
             ci = r.get(f"{key}_diff_ci")
-            if ci is None:
+            if ci is None or f[key] is None:
                 return "-"
             return f"{r[key] - f[key]:+.3f} [{ci[0]:+.3f}, {ci[1]:+.3f}]"
 
-        lines.append(f"| {r['policy']} | {names[r['run']]} | {r['unsafe']:.3f} | "
-                     f"{diff('unsafe')} | {r['over_refusal']:.3f} | {diff('over_refusal')} |")
+        def val(x: float | None) -> str:
+            return "n/a (one class)" if x is None else f"{x:.3f}"
+
+        lines.append(f"| {r['policy']} | {names[r['run']]} | {val(r['unsafe'])} | "
+                     f"{diff('unsafe')} | {val(r['over_refusal'])} | {diff('over_refusal')} |")
     lines += ["", "## Predicate AUROC against gold", "",
               "| policy | predicate | n | " + " | ".join(names[r] for r in runs) + " |",
               "|---|---|---|" + "---|" * len(runs)]

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Decision quality with the 1.5B measurement model (issue 15): every result under
+# eval/results/quality-qwen1.5b and eval/results/levers-qwen1.5b comes from these commands.
+# Each stage is resumable (rerun it after an interruption); the grounding cache
+# (~/.cache/plguard/grounding.sqlite) means a question answered once is never asked again.
+#
+#   MODEL=/path/qwen2.5-coder-1.5b-instruct.gguf scripts/results/quality_qwen1.5b.sh STAGE [N]
+#
+# Stages, in order: levers, dev [N], fit, test [N], report, xstest, ablate.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+M=${MODEL:?set MODEL to the 1.5B GGUF (sha256 cc324af0..., see ../shared/ENVIRONMENT.md)}
+R=eval/results/quality-qwen1.5b
+L=eval/results/levers-qwen1.5b
+POLICIES=minimal,moderate,detailed,very_detailed,one_question
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+common=(--config configs/measure_qwen1.5b_cpu.yaml --model "$M" --set "grounder.path=$M"
+        --set grounding.cache=default)
+pl() { python3 -m plguard "$@"; }
+
+case "${1:?stage}" in
+levers)  # dev, 60 pairs: answer words, examples, wording (variant bundles under $L/variants)
+  V=$L/variants
+  pl eval quality ground "${common[@]}" --split dev --limit 60 --no-judge --out $L/tf
+  pl eval quality ground "${common[@]}" --split dev --limit 60 --no-judge \
+    --set grounding.answer_words=yes_no \
+    --policies policies/minimal,policies/moderate,policies/detailed,policies/one_question \
+    --out $L/yn
+  for v in ex wd; do
+    pl eval quality ground "${common[@]}" --split dev --limit 60 --no-judge \
+      --policies $V/minimal-$v,$V/detailed-$v --out $L/$v
+  done
+  pl eval quality compare $L/tf $L/ex $L/wd --out $L/levers.md \
+    --policy-dirs $V/minimal-ex,$V/detailed-ex,$V/minimal-wd,$V/detailed-wd
+  pl eval quality compare $L/tf $L/yn --out $L/answer-words.md ;;
+dev)     # the pairs calibrations and thresholds are fitted on
+  pl eval quality ground "${common[@]}" --split dev --limit "${2:-160}" --no-judge \
+    --policies $POLICIES --out $R/dev ;;
+fit)
+  pl eval quality fit --run $R/dev --policies $POLICIES --out $R/calibration ;;
+test)    # the headline pairs (a seeded stratified subset nests in a larger one)
+  pl eval quality ground "${common[@]}" --split test --limit "${2:-600}" \
+    --policies $POLICIES --out $R/test ;;
+report)
+  pl eval quality report --run $R/test --calibrations $R/calibration --policies $POLICIES ;;
+xstest)  # judge and plguard on the 1.5B drafts of eval/results/xstest-qwen1.5b, test part
+  pl eval xstest "${common[@]}" --methods llm_judge,plguard --scorers regex --split test \
+    --set grounding.calibration=$R/calibration/calibration-detailed.json \
+    --out eval/results/xstest-qwen1.5b ;;
+ablate)
+  pl ablate --run eval/results/xstest-qwen1.5b --split test --calibrations $R/calibration \
+    --policies minimal moderate detailed very_detailed ;;
+*) echo "unknown stage $1" >&2; exit 2 ;;
+esac
