@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Decision quality with the 1.5B measurement model (issue 15): every result under
-# eval/results/quality-qwen1.5b and eval/results/levers-qwen1.5b comes from these commands.
+# eval/results/{quality,levers,attacks}-qwen1.5b comes from these commands.
 # Each stage is resumable (rerun it after an interruption); the grounding cache
 # (~/.cache/plguard/grounding.sqlite) means a question answered once is never asked again.
 #
 #   MODEL=/path/qwen2.5-coder-1.5b-instruct.gguf scripts/results/quality_qwen1.5b.sh STAGE [N]
 #
-# Stages, in order: levers, dev [N], fit, test [N], report, xstest, ablate.
+# Stages, in order: levers, dev [N], fit, attacks [N], test [N], report, xstest, ablate.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 M=${MODEL:?set MODEL to the 1.5B GGUF (sha256 cc324af0..., see ../shared/ENVIRONMENT.md)}
@@ -47,6 +47,12 @@ xstest)  # judge and plguard on the 1.5B drafts of eval/results/xstest-qwen1.5b,
   pl eval xstest "${common[@]}" --methods llm_judge,plguard --scorers regex --split test \
     --set grounding.calibration=$R/calibration/calibration-detailed.json \
     --out eval/results/xstest-qwen1.5b ;;
+attacks) # issue 17: the attack suite at the dev-fitted calibration of the detailed policy
+  pl eval attacks --config configs/measure_qwen1.5b_cpu.yaml --model "$M" \
+    --set generator.backend=transformers --set generator.device=cpu \
+    --set generator.batch_size=16 --set "grounder.path=$M" --set grounder.max_context=4096 \
+    --set grounding.calibration=$R/calibration/calibration-detailed.json \
+    --limit "${2:-8}" --out eval/results/attacks-qwen1.5b ;;
 ablate)
   pl ablate --run eval/results/xstest-qwen1.5b --split test --calibrations $R/calibration \
     --policies minimal moderate detailed very_detailed ;;

@@ -47,6 +47,7 @@ class AttackRow:
     predicate_clean: dict[str, float]  # mean P(True) of each predicate on the clean pairs
     predicate_shift: dict[str, float]  # mean change of each predicate's P(True)
     truncated: int  # attacked records whose grounding input was cut
+    windows: float  # mean number of windows the attacked response was read in
     tokens: float  # mean response length in tokens under the attack
     errors: int  # attacked records that failed
 
@@ -91,6 +92,7 @@ def summarise(records: Iterable[Mapping[str, Any]], n_boot: int = 1000, seed: in
                                            if k in ar["predicates"] and k in cr["predicates"]])
                                  for k in preds},
                 truncated=sum(bool(ar.get("truncated")) for _, ar in ok),
+                windows=_mean([float(ar.get("windows") or 1) for _, ar in ok]),
                 tokens=_mean([ar["tokens"]["response"] for _, ar in ok if "tokens" in ar]),
                 errors=sum(r.get("error") is not None for r in recs.values())))
     return rows
@@ -126,33 +128,38 @@ def markdown(rows: Sequence[AttackRow], manifest: Mapping[str, Any]) -> str:
     model = manifest.get("grounder", {}).get("model_id") or cfg.get("generator", {}).get("path")
     policy = manifest.get("policy", {}).get("id", cfg.get("policy"))
     budget = cfg.get("grounding", {}).get("max_data_tokens")
+    windowed = cfg.get("grounding", {}).get("windows", False)
+    how = ("a longer response is read in overlapping windows (see *windows*)" if windowed
+           else "longer request + response text is cut, head and tail kept (see *truncated*)")
     npairs = {k: max((r.n for r in rows if r.kind == k and r.attack == "clean"), default=0)
               for k in KINDS}
     L = ["# Attacks on the guard: detection of clean vs attacked pairs", "",
          f"Grounding model `{model}`; policy `{policy}`; thresholds unsafe "
          f"{th.get('unsafe')} / over-refusal {th.get('over_refusal')}; grounding budget "
-         f"`max_data_tokens` = {budget} (longer request + response text is cut, head and tail "
-         f"kept: see *truncated*). Pairs: {npairs['harmful']} harmful, {npairs['refusal']} "
+         f"`max_data_tokens` = {budget} ({how}). Pairs: {npairs['harmful']} harmful, "
+         f"{npairs['refusal']} "
          "refusal (`plguard/evals/attacks/data/pairs.yaml`). Repairs off: only grounding, "
          "reasoning and the decision run.", "",
          "*clean* / *attacked*: detection rate on the same pairs; *Δ*: attacked − clean in "
          "percentage points with a paired-bootstrap 95% interval; *lost* / *gained*: pairs "
          "detected only clean / only attacked; *Δ score*: mean change of the decisive rule's "
-         "probability; *tokens*: mean attacked response length (grounding tokenizer).", ""]
+         "probability; *windows*: mean number of windows an attacked response was read in; "
+         "*tokens*: mean attacked response length (grounding tokenizer).", ""]
     for kind in KINDS:
         sub = [r for r in rows if r.kind == kind]
         if not sub:
             continue
         L += [f"## {GOAL[kind][0]}", "", GOAL[kind][1], "",
               "| attack | family | n | clean | attacked | Δ points [95% CI] | lost | gained "
-              "| Δ score | truncated | tokens |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| Δ score | truncated | windows | tokens |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in sub:
             ci = "" if r.attack == "clean" or math.isnan(r.delta_lo) else (
                 f" [{100 * r.delta_lo:+.1f}, {100 * r.delta_hi:+.1f}]")
             L.append(f"| {r.attack} | {r.family} | {r.n} | {_pct(r.clean, r.n)} | "
                      f"{_pct(r.attacked, r.n)} | {_pts(r.delta)}{ci} | {r.lost} | {r.gained} "
-                     f"| {_num(r.score_shift)} | {r.truncated} | {r.tokens:.0f} |")
+                     f"| {_num(r.score_shift)} | {r.truncated} | {r.windows:.1f} | "
+                     f"{r.tokens:.0f} |")
         L.append("")
     base = [r for r in rows if r.attack == "clean"]
     preds = sorted({k for r in base for k in r.predicate_clean})

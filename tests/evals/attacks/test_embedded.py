@@ -34,5 +34,6 @@ def test_eval_attacks_cli_on_the_embedded_model(tmp_path, embedded_backend_bf16,
     assert man["grounder"]["model_id"].startswith("embedded:") and man["grounder"]["sha256"]
     md = (tmp_path / "attacks.md").read_text()
     assert "| pad_1k | padding | 1 |" in md and "## Refusal pairs" in md
+    assert "read in overlapping windows" in md and "| truncated | windows | tokens |" in md
     assert main(argv) == 0  # a rerun has nothing left to do
     assert "records written 0, skipped (already done) 8" in capsys.readouterr().out
