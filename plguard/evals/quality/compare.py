@@ -92,10 +92,10 @@ def compare_runs(runs: Sequence[str | Path], *, split: str = "dev",
             if base is None:
                 base = (u, o)
             else:
-                for key, y, a, b in (("unsafe", y_u, base[0], u),
-                                     ("over_refusal", y_o, base[1], o)):
+                for key, y, ref, new in (("unsafe", y_u, base[0], u),
+                                         ("over_refusal", y_o, base[1], o)):
                     if row[key] is not None:
-                        row[f"{key}_diff_ci"] = _paired_ci(y, a, b, n_boot, seed)
+                        row[f"{key}_diff_ci"] = _paired_ci(y, ref, new, n_boot, seed)
             rules.append(row)
             for p in predicate_aurocs(s, pol):
                 preds.append({"policy": fam, "run": str(run), **p})
