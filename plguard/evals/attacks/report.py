@@ -129,8 +129,8 @@ def markdown(rows: Sequence[AttackRow], manifest: Mapping[str, Any]) -> str:
     policy = manifest.get("policy", {}).get("id", cfg.get("policy"))
     budget = cfg.get("grounding", {}).get("max_data_tokens")
     windowed = cfg.get("grounding", {}).get("windows", False)
-    how = ("a longer response is read in overlapping windows (see *windows*)" if windowed
-           else "longer request + response text is cut, head and tail kept (see *truncated*)")
+    how = ("a longer response is read in overlapping windows: see *windows*" if windowed
+           else "longer request + response text is cut, head and tail kept: see *truncated*")
     npairs = {k: max((r.n for r in rows if r.kind == k and r.attack == "clean"), default=0)
               for k in KINDS}
     L = ["# Attacks on the guard: detection of clean vs attacked pairs", "",
