@@ -283,3 +283,33 @@ def test_compare_levers_ranks_an_informative_run_above_a_blind_one(grounded, tmp
     assert "| minimal | response_refuses |" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main(["eval", "quality", "compare"])
+
+
+def test_sparse_predicates_get_a_pooled_map(grounded, monkeypatch):
+    import plguard.evals.quality.fit as fit
+
+    recs = load_records(grounded, "dev")
+    doc = fit.fit_policy(recs, "minimal")
+    # (the scripted grounder reads responses the right way round; its request answers are
+    # flattened as backwards, and backwards samples pool to nothing)
+    req = {k: v for k, v in doc["predicates"].items() if v["scope"] == "response"}
+    assert len(req) == 2 and all(v["method"] == "platt" for v in req.values())
+    # Raise the per-class minimum above what each response predicate has alone but below
+    # what the two have together: each then gets the one map pooled over both.
+    alone = max(min(v["n_pos"], v["n"] - v["n_pos"]) for v in req.values())
+    together = min(sum(v["n_pos"] for v in req.values()),
+                   sum(v["n"] - v["n_pos"] for v in req.values()))
+    assert together > alone + 1
+    monkeypatch.setattr(fit, "MIN_PER_CLASS", alone + 1)
+    pooled = fit.fit_policy(recs, "minimal")
+    got = {k: pooled["predicates"][k] for k in req}
+    assert all(v["method"] == "platt-pooled" and v["target"].startswith("pooled:")
+               for v in got.values())
+    (a1, b1), (a2, b2) = ((v["a"], v["b"]) for v in got.values())
+    assert (a1, b1) == (a2, b2) and a1 > 0
+    assert not any(k in pooled["uncalibrated"] for k in req)
+    assert "pooled map" in fit.format_fit(pooled)
+    # Nobody to pool with: the predicate stays uncalibrated, with its reason.
+    monkeypatch.setattr(fit, "MIN_PER_CLASS", together + 1)
+    none = fit.fit_policy(recs, "minimal")
+    assert set(req) <= set(none["uncalibrated"])

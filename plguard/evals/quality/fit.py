@@ -6,8 +6,9 @@ scores of every question on labelled XSTest pairs). No model is called.
 * **Targets per predicate** come from the policy's gold mapping (``gold.yaml``, derived
   from XSTest's labels and metadata only): each pair where the gold value is known is a
   sample; a request-scope predicate contributes one sample per prompt. A predicate with
-  fewer than :data:`MIN_PER_CLASS` samples of either class stays uncalibrated (listed in
-  the file with the reason).
+  fewer than :data:`MIN_PER_CLASS` samples of either class gets a Platt map pooled over
+  every sample of its scope in the policy (``method: platt-pooled``); only when that is
+  impossible too does it stay uncalibrated (listed in the file with the reason).
 * **Monotone**: a predicate whose raw score ranks backwards (fitted slope below 0) is set
   to its base rate rather than inverted: the question is misread, and inverting it would fit
   the sample, not the model.
@@ -187,10 +188,44 @@ def best_f1_threshold(y: np.ndarray, s: np.ndarray) -> tuple[float, float]:
     return best[1], best[0]
 
 
-def fit_policy(recs: Records, policy_name: str) -> dict[str, Any]:
-    """The calibration document of one policy, fitted on ``recs``."""
+def _samples(recs: Records, raw: np.ndarray, gold: np.ndarray, j: int, scope: str
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """(raw P, gold 0/1) of column ``j`` where both are known; one per prompt for requests."""
+    x, y = raw[:, j], gold[:, j]
+    keep = np.isfinite(x) & np.isfinite(y)
+    if scope == "request":  # one sample per prompt: P does not see the response
+        seen: set[str] = set()
+        for i, r in enumerate(recs.rows):
+            pid = str(r["prompt_id"])
+            if keep[i] and pid in seen:
+                keep[i] = False
+            seen.add(pid)
+    return x[keep], y[keep].astype(int)
+
+
+def _entry(xs: np.ndarray, ys: np.ndarray, a: float, b: float, method: str, spec: Any,
+           gcfg: GroundingConfig, target: str, flat: bool = False) -> dict[str, Any]:
+    """One predicate's calibration record, with before/after scores on its own samples."""
     from plguard.grounding import question_digest
 
+    cal = apply_platt(xs, a, b)
+    both = bool(ys.size) and 0 < int(ys.sum()) < ys.size
+    pos, neg = xs[ys == 1], xs[ys == 0]
+    return {
+        "a": a, "b": b, "method": method, "scope": spec.scope, "target": target,
+        "flat": flat, "question_sha256": question_digest(spec, gcfg),
+        "n": int(xs.size), "n_pos": int(ys.sum()),
+        "auroc": _num(auroc(ys.astype(bool), xs)) if both else None,
+        "before": {"ece": _num(ece(xs, ys)) if ys.size else None,
+                   "brier": _num(brier(xs, ys)) if ys.size else None,
+                   "mean_pos": _num(float(pos.mean())) if pos.size else None,
+                   "mean_neg": _num(float(neg.mean())) if neg.size else None},
+        "after": {"ece": _num(ece(cal, ys)) if ys.size else None,
+                  "brier": _num(brier(cal, ys)) if ys.size else None}}
+
+
+def fit_policy(recs: Records, policy_name: str) -> dict[str, Any]:
+    """The calibration document of one policy, fitted on ``recs``."""
     policy = load_policy(policy_name)
     if not recs.rows:
         raise InputError("no error-free records to fit on")
@@ -201,17 +236,10 @@ def fit_policy(recs: Records, policy_name: str) -> dict[str, Any]:
     params: dict[int, tuple[float, float]] = {}
     preds: dict[str, Any] = {}
     skipped: dict[str, str] = {}
+    samples = [_samples(recs, raw, gold, j, spec.scope)
+               for j, spec in enumerate(policy.predicates)]
     for j, spec in enumerate(policy.predicates):
-        x, y = raw[:, j], gold[:, j]
-        keep = np.isfinite(x) & np.isfinite(y)
-        if spec.scope == "request":  # one sample per prompt: P does not see the response
-            seen: set[str] = set()
-            for i, r in enumerate(recs.rows):
-                pid = str(r["prompt_id"])
-                if keep[i] and pid in seen:
-                    keep[i] = False
-                seen.add(pid)
-        xs, ys = x[keep], y[keep].astype(int)
+        xs, ys = samples[j]
         n_pos, n_neg = int(ys.sum()), int((1 - ys).sum())
         if min(n_pos, n_neg) < MIN_PER_CLASS:
             skipped[spec.name] = (f"too few gold-labelled samples of one class "
@@ -225,17 +253,32 @@ def fit_policy(recs: Records, policy_name: str) -> dict[str, Any]:
             # being turned upside down on this sample.
             rate = (n_pos + 1) / (n_pos + n_neg + 2)
             a, b = 0.0, float(np.log(rate) - np.log1p(-rate))
-        cal = apply_platt(xs, a, b)
         params[j] = (a, b)
-        preds[spec.name] = {
-            "a": a, "b": b, "method": "platt", "scope": spec.scope,
-            "target": proxies.get(j, "gold.yaml"), "flat": flat,
-            "question_sha256": question_digest(spec, gcfg),
-            "n": int(xs.size), "n_pos": n_pos, "auroc": _num(auroc(ys.astype(bool), xs)),
-            "before": {"ece": _num(ece(xs, ys)), "brier": _num(brier(xs, ys)),
-                       "mean_pos": _num(float(xs[ys == 1].mean())),
-                       "mean_neg": _num(float(xs[ys == 0].mean()))},
-            "after": {"ece": _num(ece(cal, ys)), "brier": _num(brier(cal, ys))}}
+        preds[spec.name] = _entry(xs, ys, a, b, "platt", spec, gcfg,
+                                  proxies.get(j, "gold.yaml"), flat=flat)
+    # A predicate with too few positives of its own (a rare harm category on a small dev
+    # split) would keep its raw, compressed P(True), about 0.3 to 0.5: inside an OR of
+    # several such predicates that reads as "probably harmful" for every request. It gets
+    # one Platt map pooled over every gold-labelled sample of its scope in this policy,
+    # which is what this model's raw scores mean on average for such questions.
+    for scope in ("request", "response"):
+        cols = [j for j, spec in enumerate(policy.predicates) if spec.scope == scope]
+        todo = [j for j in cols if policy.predicates[j].name in skipped]
+        if not todo:
+            continue
+        px = np.concatenate([samples[j][0] for j in cols])
+        py = np.concatenate([samples[j][1] for j in cols])
+        if min(int(py.sum()), int((1 - py).sum())) < MIN_PER_CLASS:
+            continue
+        a, b = fit_platt(px, py)
+        if a <= 0:
+            continue
+        for j in todo:
+            spec = policy.predicates[j]
+            params[j] = (a, b)
+            preds[spec.name] = _entry(*samples[j], a, b, "platt-pooled", spec, gcfg,
+                                      f"pooled: {px.size} samples of {len(cols)} {scope} "
+                                      f"predicates ({skipped.pop(spec.name)})")
     calibrated = apply_calibration(np.nan_to_num(raw, nan=0.5), params)
     u, o = strongest(policy, calibrated)
     y_u, y_o = outcomes(recs.rows)
@@ -300,6 +343,7 @@ def format_fit(doc: Mapping[str, Any]) -> str:
         b = v["before"]
         mark = " (proxy target)" if str(v.get("target", "")).startswith("proxy") else ""
         mark += " (ranks backwards: flattened to its base rate)" if v.get("flat") else ""
+        mark += " (too few of its own: pooled map)" if v.get("method") == "platt-pooled" else ""
         lines.append(f"| {name}{mark} | {v['n']} | {v['n_pos']} | {_f(v['auroc'])} | "
                      f"{_f(b['mean_pos'])} / {_f(b['mean_neg'])} | {v['a']:.2f} | "
                      f"{v['b']:.2f} | {_f(b['ece'])} | {_f(v['after']['ece'])} |")
