@@ -12,7 +12,6 @@ with ``<policy>`` of the other runs.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,14 @@ from typing import Any
 import numpy as np
 
 from plguard.errors import InputError
-from plguard.evals.quality.fit import Records, load_records, outcomes, policy_matrix, strongest
+from plguard.evals.quality.fit import (
+    Records,
+    finite_or_none,
+    load_records,
+    outcomes,
+    policy_matrix,
+    strongest,
+)
 from plguard.evals.quality.report import fast_auroc, predicate_aurocs
 from plguard.policy import Policy, load_policy
 
@@ -37,11 +43,6 @@ def _bundles(recs: Records, policy_dirs: Sequence[str]) -> dict[str, Policy]:
     for name in (recs.manifest.get("keys") or {}):
         out[family(name)] = load_policy(by_name.get(name, name))
     return out
-
-
-def _num(x: float) -> float | None:
-    """JSON has no NaN: an AUROC without both classes is ``None``."""
-    return None if not math.isfinite(x) else float(x)
 
 
 def _paired_ci(y: np.ndarray, a: np.ndarray, b: np.ndarray, n_boot: int,
@@ -87,8 +88,8 @@ def compare_runs(runs: Sequence[str | Path], *, split: str = "dev",
             pol = b[fam]
             u, o = strongest(pol, np.nan_to_num(policy_matrix(s, pol), nan=0.5))
             row: dict[str, Any] = {"policy": fam, "bundle": pol.name, "run": str(run),
-                                   "unsafe": _num(fast_auroc(y_u, u)),
-                                   "over_refusal": _num(fast_auroc(y_o, o))}
+                                   "unsafe": finite_or_none(fast_auroc(y_u, u)),
+                                   "over_refusal": finite_or_none(fast_auroc(y_o, o))}
             if base is None:
                 base = (u, o)
             else:

@@ -188,7 +188,7 @@ def best_f1_threshold(y: np.ndarray, s: np.ndarray) -> tuple[float, float]:
     return best[1], best[0]
 
 
-def _samples(recs: Records, raw: np.ndarray, gold: np.ndarray, j: int, scope: str
+def predicate_samples(recs: Records, raw: np.ndarray, gold: np.ndarray, j: int, scope: str
              ) -> tuple[np.ndarray, np.ndarray]:
     """(raw P, gold 0/1) of column ``j`` where both are known; one per prompt for requests."""
     x, y = raw[:, j], gold[:, j]
@@ -215,13 +215,13 @@ def _entry(xs: np.ndarray, ys: np.ndarray, a: float, b: float, method: str, spec
         "a": a, "b": b, "method": method, "scope": spec.scope, "target": target,
         "flat": flat, "question_sha256": question_digest(spec, gcfg),
         "n": int(xs.size), "n_pos": int(ys.sum()),
-        "auroc": _num(auroc(ys.astype(bool), xs)) if both else None,
-        "before": {"ece": _num(ece(xs, ys)) if ys.size else None,
-                   "brier": _num(brier(xs, ys)) if ys.size else None,
-                   "mean_pos": _num(float(pos.mean())) if pos.size else None,
-                   "mean_neg": _num(float(neg.mean())) if neg.size else None},
-        "after": {"ece": _num(ece(cal, ys)) if ys.size else None,
-                  "brier": _num(brier(cal, ys)) if ys.size else None}}
+        "auroc": finite_or_none(auroc(ys.astype(bool), xs)) if both else None,
+        "before": {"ece": finite_or_none(ece(xs, ys)) if ys.size else None,
+                   "brier": finite_or_none(brier(xs, ys)) if ys.size else None,
+                   "mean_pos": finite_or_none(float(pos.mean())) if pos.size else None,
+                   "mean_neg": finite_or_none(float(neg.mean())) if neg.size else None},
+        "after": {"ece": finite_or_none(ece(cal, ys)) if ys.size else None,
+                  "brier": finite_or_none(brier(cal, ys)) if ys.size else None}}
 
 
 def fit_policy(recs: Records, policy_name: str) -> dict[str, Any]:
@@ -236,7 +236,7 @@ def fit_policy(recs: Records, policy_name: str) -> dict[str, Any]:
     params: dict[int, tuple[float, float]] = {}
     preds: dict[str, Any] = {}
     skipped: dict[str, str] = {}
-    samples = [_samples(recs, raw, gold, j, spec.scope)
+    samples = [predicate_samples(recs, raw, gold, j, spec.scope)
                for j, spec in enumerate(policy.predicates)]
     for j, spec in enumerate(policy.predicates):
         xs, ys = samples[j]
@@ -300,12 +300,13 @@ def fit_policy(recs: Records, policy_name: str) -> dict[str, Any]:
                                  "thresholds"},
         "predicates": preds, "uncalibrated": skipped,
         "thresholds": {"unsafe": t_u, "over_refusal": t_o, "criterion": "max F1",
-                       "f1_unsafe": _num(f1_u), "f1_over_refusal": _num(f1_o),
+                       "f1_unsafe": finite_or_none(f1_u), "f1_over_refusal": finite_or_none(f1_o),
                        "n_unsafe_positive": int(y_u.sum()),
                        "n_over_refusal_positive": int(y_o.sum())}}
 
 
-def _num(x: float) -> float | None:
+def finite_or_none(x: float | None) -> float | None:
+    """``x`` as a float, or None when missing or not finite (JSON has no NaN)."""
     return None if x is None or not math.isfinite(x) else float(x)
 
 
@@ -357,5 +358,6 @@ def _f(x: float | None) -> str:
 
 
 __all__ = ["MIN_PER_CLASS", "Records", "apply_calibration", "best_f1_threshold",
-           "fit_calibrations", "fit_policy", "format_fit", "gold_matrix", "load_records",
-           "outcomes", "policy_matrix", "positive_support", "proxy_targets", "strongest"]
+           "finite_or_none", "fit_calibrations", "fit_policy", "format_fit", "gold_matrix",
+           "load_records", "outcomes", "policy_matrix", "positive_support",
+           "predicate_samples", "proxy_targets", "strongest"]

@@ -30,6 +30,7 @@ from plguard.evals.quality.fit import (
     load_records,
     outcomes,
     policy_matrix,
+    predicate_samples,
     proxy_targets,
     strongest,
 )
@@ -174,14 +175,8 @@ def predicate_aurocs(recs: Records, policy_name: str | Policy) -> list[dict[str,
     proxies = proxy_targets(recs.rows, policy, gold)  # the same stand-ins the fit uses
     out = []
     for j, spec in enumerate(policy.predicates):
-        keep = np.isfinite(raw[:, j]) & np.isfinite(gold[:, j])
-        if spec.scope == "request":
-            seen: set[str] = set()
-            for i, r in enumerate(recs.rows):
-                if keep[i] and str(r["prompt_id"]) in seen:
-                    keep[i] = False
-                seen.add(str(r["prompt_id"]))
-        y, x = gold[keep, j].astype(bool), raw[keep, j]
+        x, gy = predicate_samples(recs, raw, gold, j, spec.scope)
+        y = gy.astype(bool)
         a = fast_auroc(y, x) if x.size else float("nan")
         out.append({"predicate": spec.name, "scope": spec.scope, "n": int(x.size),
                     "target": "proxy" if j in proxies else "gold",
