@@ -60,7 +60,8 @@ def test_result_shape_and_id():
     assert res.policy == policy.id == f"minimal@{digest}"
     assert tuple(res.probs) == policy.queries
     assert policy.unsafe_rules == ("unsafe_compliance_actionable_harm",)
-    assert policy.over_refusal_rules == ("over_refusal_benign_sensitive",)
+    assert policy.over_refusal_rules == ("over_refusal_benign_sensitive",
+                                         "over_refusal_harmless_request")
     assert policy.compiled is policy.compiled  # compiled once, cached
     assert policy.evaluate_batch([]) == []
 

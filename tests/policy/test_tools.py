@@ -152,15 +152,15 @@ def test_diff_identical():
 def test_diff_finds_changed_rule(tmp_path):
     folder = copy_bundle("moderate", tmp_path / "moderate_v2")
     pl = (folder / "policy.pl").read_text().replace(
-        "request_is_benign_fictional_or_analytical, \\+ harmful_request, response_declines.",
-        "request_is_benign_fictional_or_analytical, \\+ harmful_request, response_refuses.")
+        "over_refusal_harmless_request :- \\+ harmful_request, response_declines.",
+        "over_refusal_harmless_request :- \\+ harmful_request, response_refuses.")
     (folder / "policy.pl").write_text(pl)
     a, b = load_policy("moderate"), load_policy(folder)
     report = diff(a, b)
     assert [(d.action_a, d.action_b) for d in report.differences] == [("rewrite", "allow")]
     d = report.differences[0]
-    # fictional (1/2), no harmful category (1/8), redirect without refusal (1/4), and not
-    # educational (1/2), or B's unchanged educational rule would rewrite too
+    # no harmful category (1/8), redirect without refusal (1/4), and neither educational nor
+    # fictional (1/4), or B's unchanged context rules would rewrite too
     assert d.share == pytest.approx(1 / 128)
     world = {p: float(d.example.get(p, 0)) for p in a.predicate_names}
     assert (_action(a, world), _action(b, world)) == ("rewrite", "allow")
@@ -181,7 +181,8 @@ def test_diff_across_bundles_examples_hold(a, b):
 
 
 def test_diff_detects_threshold_free_difference(tmp_path):
-    # minimal vs a copy without its over-refusal rule: refused benign requests differ
+    # minimal vs a copy without its sensitive-context over-refusal rule: they differ only
+    # where the harmless-request rule does not cover it, a request also graded harmful
     folder = copy_bundle("minimal", tmp_path / "m2")
     pl = (folder / "policy.pl").read_text()
     pl = pl.replace("query(over_refusal_benign_sensitive).\n", "")
@@ -190,7 +191,7 @@ def test_diff_detects_threshold_free_difference(tmp_path):
     report = diff(load_policy("minimal"), load_policy(folder))
     assert [(d.action_a, d.action_b) for d in report.differences] == [("rewrite", "allow")]
     assert report.differences[0].example == {"request_is_benign_sensitive_context": 1,
-                                             "response_refuses": 1}
+                                             "request_is_harmful": 1, "response_refuses": 1}
 
 
 # -- CLI ----------------------------------------------------------------------------------
@@ -218,7 +219,7 @@ def test_cli_json(capsys):
     assert run(["policy", "diff", "minimal", "moderate", "--json"]) == 0
     assert "differences" in json.loads(capsys.readouterr().out)
     assert run(["policy", "cases", "minimal", "--json"]) == 0
-    assert len(json.loads(capsys.readouterr().out)["cases"]) == 6
+    assert len(json.loads(capsys.readouterr().out)["cases"]) == 8
 
 
 def test_cli_errors(capsys):

@@ -78,7 +78,10 @@ def test_flip_downwards_and_at_an_inclusive_threshold(minimal):
 
 
 def test_no_single_change_flips(minimal):
-    w = what_if(minimal, _mk(0.1, 0.1, 0.0, 0.0), TH)
+    # At 0.5/0.5 every allowed minimal world has a flip: h < 0.5 leaves the harmless-request
+    # rule (1-h)*r room to reach 0.5, h >= 0.5 lets i reach it. At 0.5/0.7 with h = 0.4,
+    # (1-h)*r <= 0.6, h*i <= 0.4, and b or h alone are multiplied by r = 0 or i = 0.1.
+    w = what_if(minimal, _mk(0.4, 0.1, 0.0, 0.0), Thresholds(unsafe=0.5, over_refusal=0.7))
     assert w.decision.action == "allow"
     assert w.flips == () and w.smallest is None
     assert w.as_dict()["smallest_flip"] is None
