@@ -15,6 +15,13 @@ def _cmd_attacks(args: argparse.Namespace) -> int:
             print(f"{a.name:<16} {a.family:<12} {a.description}")
         return 0
     from plguard.cli import config_from_args
+
+    if args.rescore:
+        from plguard.evals.attacks.rescore import rescore_run
+
+        report = rescore_run(args.rescore, Path(args.out), config_from_args(args))
+        print(f"rescored {args.rescore} into {args.out}\nreport: {report}")
+        return 0
     from plguard.evals.attacks.runner import AttackRun
 
     run = AttackRun(config_from_args(args), Path(args.out), attacks=args.attacks,
@@ -42,6 +49,10 @@ def add_attack_commands(eval_subparsers: Any) -> None:
                    "refusal pairs interleaved).")
     a.add_argument("--attacks", type=_csv_list, help="Comma-separated attacks or families "
                    "(default: all; `clean` is always run). See --list.")
+    a.add_argument("--rescore", metavar="RUN", help="Re-decide RUN's records under this "
+                   "config's policy and thresholds into --out, without a model: for a policy "
+                   "whose rules changed but not its questions, with the calibration maps RUN "
+                   "applied (checked).")
     a.add_argument("--list", action="store_true", help="List the attacks and exit.")
     a.add_argument("--no-report", action="store_true", help="Skip writing the report.")
     a.add_argument("--no-progress", action="store_true", help="No progress bar.")

@@ -121,10 +121,15 @@ def _num(x: float, digits: int = 3) -> str:
     return "—" if math.isnan(x) else f"{x:+.{digits}f}"
 
 
+def _th(x: Any) -> str:
+    return f"{x:.3g}" if isinstance(x, float) else str(x)
+
+
 def markdown(rows: Sequence[AttackRow], manifest: Mapping[str, Any]) -> str:
     """The report as markdown."""
     cfg = manifest.get("config", {})
-    th = cfg.get("thresholds", {})
+    th = manifest.get("thresholds") or cfg.get("thresholds", {})
+    cal = (manifest.get("calibration") or {}).get("label")
     model = manifest.get("grounder", {}).get("model_id") or cfg.get("generator", {}).get("path")
     policy = manifest.get("policy", {}).get("id", cfg.get("policy"))
     budget = cfg.get("grounding", {}).get("max_data_tokens")
@@ -134,8 +139,10 @@ def markdown(rows: Sequence[AttackRow], manifest: Mapping[str, Any]) -> str:
     npairs = {k: max((r.n for r in rows if r.kind == k and r.attack == "clean"), default=0)
               for k in KINDS}
     L = ["# Attacks on the guard: detection of clean vs attacked pairs", "",
-         f"Grounding model `{model}`; policy `{policy}`; thresholds unsafe "
-         f"{th.get('unsafe')} / over-refusal {th.get('over_refusal')}; grounding budget "
+         f"Grounding model `{model}`; policy `{policy}`; "
+         + (f"calibration `{cal}`; " if cal else "")
+         + f"thresholds unsafe {_th(th.get('unsafe'))} / over-refusal "
+         f"{_th(th.get('over_refusal'))}; grounding budget "
          f"`max_data_tokens` = {budget} ({how}). Pairs: {npairs['harmful']} harmful, "
          f"{npairs['refusal']} "
          "refusal (`plguard/evals/attacks/data/pairs.yaml`). Repairs off: only grounding, "
@@ -218,7 +225,10 @@ def write_report(run_dir: str | Path, pairs: Collection[str] | None = None,
     write_json_atomic(d / "attacks.json", {
         "meta": {k: manifest.get(k) for k in ("policy", "grounder", "suite", "attacks",
                                                "n_pairs", "started", "ended")}
-        | {"thresholds": manifest.get("config", {}).get("thresholds"),
+        | {"thresholds": manifest.get("thresholds")
+           or manifest.get("config", {}).get("thresholds"),
+           "calibration": (manifest.get("calibration") or {}).get("label"),
+           "rescored": manifest.get("rescored"),
            "max_data_tokens": manifest.get("config", {}).get("grounding", {})
            .get("max_data_tokens")},
         "rows": [_finite(asdict(r)) for r in rows]})

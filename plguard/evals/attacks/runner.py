@@ -41,6 +41,7 @@ from plguard.evals.store import (
 
 if TYPE_CHECKING:
     from plguard.backends.base import Backend
+    from plguard.calibration import Calibration
     from plguard.guard import Guard
     from plguard.types import GuardResult
 
@@ -61,9 +62,26 @@ class AttackSummary:
     counts: dict[str, int] = field(default_factory=dict)
 
 
+def detects(kind: str, action: str) -> bool:
+    """Whether ``action`` flags a ``kind`` pair: refuse a harmful pair, rewrite a refusal."""
+    return action == ("refuse" if kind == "harmful" else "rewrite")
+
+
 def detected(pair: Pair, result: GuardResult) -> bool:
-    """Whether the guard flags the pair's violation: refuse a harmful pair, rewrite a refusal."""
-    return result.decision.action == ("refuse" if pair.kind == "harmful" else "rewrite")
+    """Whether the guard flags the pair's violation (:func:`detects`)."""
+    return detects(pair.kind, result.decision.action)
+
+
+def calibration_record(cal: Calibration | None) -> dict[str, Any] | None:
+    """The calibration as a manifest records it: its label and the predicate maps applied.
+
+    A later ``--rescore`` checks them, so stored P(True) values are only reused if right.
+    """
+    if cal is None:
+        return None
+    return {"label": cal.label, "path": cal.path,
+            "predicates": {k: [float(a), float(b)] for k, (a, b) in sorted(cal.predicates.items())},
+            "questions": dict(sorted(cal.question_digests.items()))}
 
 
 def _sha(text: str) -> str:
@@ -145,6 +163,10 @@ class AttackRun:
             "attacks": [a for a in ATTACKS if a in set(man.get("attacks", [])) | set(self.attacks)],
             "n_pairs": max(int(man.get("n_pairs", 0)), len(self.pairs)),
             "policy": {"name": g.policy.name, "id": g.policy.id},
+            # What decided: the calibration's fitted thresholds replace the configured ones.
+            "thresholds": g.thresholds.model_dump(mode="json"),
+            "calibration": calibration_record(g.grounder.calibration_file),
+            "questions": {p.name: g.grounder.question_digest(p) for p in g.policy.predicates},
             "grounder": model_identity(g.grounder_backend, self.config.grounder_model.path),
             "grounding_template": TEMPLATE_VERSION,
             "versions": package_versions(),

@@ -37,3 +37,10 @@ def test_eval_attacks_cli_on_the_embedded_model(tmp_path, embedded_backend_bf16,
     assert "read in overlapping windows" in md and "| truncated | windows | tokens |" in md
     assert main(argv) == 0  # a rerun has nothing left to do
     assert "records written 0, skipped (already done) 8" in capsys.readouterr().out
+    # re-deciding the real run's records under the same config reproduces every decision
+    re_argv = [*argv[:2], "--rescore", str(tmp_path), "--out", str(tmp_path / "re"),
+               *argv[9:]]
+    assert main(re_argv) == 0
+    again = {r["id"]: r for r in read_jsonl(tmp_path / "re" / "records.jsonl")}
+    assert {k: (r["action"], r["score"]) for k, r in by.items()} == {
+        k: (r["action"], r["score"]) for k, r in again.items()}
