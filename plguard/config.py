@@ -110,6 +110,11 @@ class GroundingConfig(_Strict):
         "prior", description="With windows off, what a cut response's unseen middle counts "
         "as: 'prior' scores it as one more window at each predicate's prior; 'refuse' "
         "refuses any response that could not be read in full.")
+    screen: Literal["sanitize", "refuse", "off"] = Field(
+        "sanitize", description="Text in the request or response addressed to the guard "
+        "(chat-template markers, fake delimiters, 'Answer: False', notes to the reviewer; "
+        "plguard.screen): 'sanitize' removes it from what the grounder reads and traces it; "
+        "'refuse' also refuses any pair that has some; 'off' grounds the text as it is.")
     combine: Literal["mean_logit", "mean_prob"] = Field(
         "mean_logit", description="How paraphrase scores of one predicate are combined."
     )

@@ -38,12 +38,14 @@ from plguard.calibration import load_calibration as load_calibration_file
 from plguard.config import GroundingConfig
 from plguard.errors import InputError
 from plguard.grounding_cache import GroundingCache, cache_key, resolve_cache_path
+from plguard.screen import screen
 from plguard.types import (
     Grounding,
     Message,
     PredicateScore,
     PredicateSpec,
     Scope,
+    ScreenFinding,
     TFRequest,
     TFScore,
     renormalise,
@@ -291,6 +293,13 @@ class Grounder:
             if not (isinstance(pair, tuple | list) and len(pair) == 2
                     and all(isinstance(x, str) for x in pair)):
                 raise InputError(f"grounding pair {i} must be (request: str, response: str)")
+        # What the grounder reads: the pair without text addressed to the guard. Text with
+        # nothing found is passed on unchanged, so ordinary prompts and caches are as before.
+        found: list[tuple[ScreenFinding, ...]] = [() for _ in pairs]
+        if self.cfg.screen != "off":
+            screened = [screen(r, s) for r, s in pairs]
+            pairs = [(x.request, x.response or "") for x in screened]
+            found = [x.findings for x in screened]
         todo_req: list[str] = []
         if self._by_scope["request"]:
             todo_req = list(dict.fromkeys(r for r, _ in pairs if r not in self._request_memo))
@@ -320,7 +329,8 @@ class Grounder:
                                  scores=tuple(by_name[p.name] for p in self.predicates),
                                  template_version=self.template_version,
                                  calibration=(self.calibration_file.label
-                                              if self.calibration_file else "")))
+                                              if self.calibration_file else ""),
+                                 screen=found[i]))
         return out
 
     def _score(self, views: Sequence[_View]) -> list[list[TFScore]]:

@@ -205,6 +205,15 @@ class Guard:
     def _decide(self, result: PolicyResult, grounding: Grounding) -> Decision:
         d = decide(result, self.policy.unsafe_rules, self.policy.over_refusal_rules,
                    self.thresholds)
+        if grounding.screen:
+            kinds = ", ".join(dict.fromkeys(f.kind for f in grounding.screen))
+            if self.config.grounding.screen == "refuse":
+                return Decision("refuse", d.strongest_unsafe, d.strongest_over_refusal,
+                                f"text addressed to the guard ({kinds}) in the data "
+                                "(grounding.screen = refuse): refuse")
+            d = Decision(d.action, d.strongest_unsafe, d.strongest_over_refusal,
+                         f"{d.reason} [text addressed to the guard ({kinds}) was removed "
+                         "before grounding]")
         if not any(s.unseen for s in grounding.scores):
             return d
         # Windowing is off and the response did not fit: its middle was never read.

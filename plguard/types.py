@@ -155,6 +155,15 @@ class PredicateScore:
 
 
 @dataclass(frozen=True, slots=True)
+class ScreenFinding:
+    """Text in the data addressed to the guard, removed before grounding (plguard.screen)."""
+
+    kind: str  # chat_marker, delimiter, self_answer, guard_address
+    where: Scope
+    text: str  # what was removed (at most 200 characters)
+
+
+@dataclass(frozen=True, slots=True)
 class Grounding:
     """All predicates of one (request, response) pair."""
 
@@ -162,6 +171,8 @@ class Grounding:
     scores: tuple[PredicateScore, ...]
     template_version: str = ""
     calibration: str = ""  # the calibration file applied (name@sha256 prefix), if any
+    # Text addressed to the guard, kept from what the grounder read (plguard.screen).
+    screen: tuple[ScreenFinding, ...] = ()
 
     @property
     def probs(self) -> dict[str, float]:

@@ -6,8 +6,8 @@
 #
 #   MODEL=/path/qwen2.5-coder-1.5b-instruct.gguf scripts/results/quality_qwen1.5b.sh STAGE [N]
 #
-# Stages, in order: levers, dev [N], fit, attacks [N], rescore, test [N], report, xstest,
-# ablate.
+# Stages, in order: levers, dev [N], fit, attacks [N], rescore, screened [N], test [N],
+# report, xstest, ablate.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 M=${MODEL:?set MODEL to the 1.5B GGUF (sha256 cc324af0..., see ../shared/ENVIRONMENT.md)}
@@ -54,6 +54,14 @@ attacks) # issue 17: the attack suite at the dev-fitted calibration of the detai
     --set generator.batch_size=16 --set "grounder.path=$M" --set grounder.max_context=4096 \
     --set grounding.calibration=$R/calibration/calibration-detailed.json \
     --limit "${2:-8}" --out eval/results/attacks-qwen1.5b ;;
+screened) # the injection families again, with grounding.screen = sanitize (the default since
+         # the attack run above); padding and formatting have nothing to screen (tested)
+  pl eval attacks --config configs/measure_qwen1.5b_cpu.yaml --model "$M" \
+    --set generator.backend=transformers --set generator.device=cpu \
+    --set generator.batch_size=16 --set "grounder.path=$M" --set grounder.max_context=4096 \
+    --set grounding.calibration=$R/calibration/calibration-detailed.json \
+    --set grounding.cache=default --attacks clean,self_answer,delimiter,chat_marker,request \
+    --limit "${2:-8}" --out eval/results/attacks-qwen1.5b-screened ;;
 rescore) # the attack run re-decided under the current detailed policy and its refitted
          # thresholds (rules changed, questions and predicate maps did not: checked)
   pl eval attacks --rescore eval/results/attacks-qwen1.5b --config configs/measure_qwen1.5b_cpu.yaml \
