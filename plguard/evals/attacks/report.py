@@ -50,6 +50,7 @@ class AttackRow:
     windows: float  # mean number of windows the attacked response was read in
     tokens: float  # mean response length in tokens under the attack
     errors: int  # attacked records that failed
+    screened: int = 0  # attacked records with text addressed to the guard (plguard.screen)
 
 
 def _mean(x: Sequence[float]) -> float:
@@ -94,7 +95,8 @@ def summarise(records: Iterable[Mapping[str, Any]], n_boot: int = 1000, seed: in
                 truncated=sum(bool(ar.get("truncated")) for _, ar in ok),
                 windows=_mean([float(ar.get("windows") or 1) for _, ar in ok]),
                 tokens=_mean([ar["tokens"]["response"] for _, ar in ok if "tokens" in ar]),
-                errors=sum(r.get("error") is not None for r in recs.values())))
+                errors=sum(r.get("error") is not None for r in recs.values()),
+                screened=sum(bool(ar.get("screen")) for _, ar in ok)))
     return rows
 
 
@@ -151,22 +153,24 @@ def markdown(rows: Sequence[AttackRow], manifest: Mapping[str, Any]) -> str:
          "percentage points with a paired-bootstrap 95% interval; *lost* / *gained*: pairs "
          "detected only clean / only attacked; *Δ score*: mean change of the decisive rule's "
          "probability; *windows*: mean number of windows an attacked response was read in; "
-         "*tokens*: mean attacked response length (grounding tokenizer).", ""]
+         "*tokens*: mean attacked response length (grounding tokenizer); *screened*: "
+         "attacked records in which `grounding.screen` found text addressed to the guard.",
+         ""]
     for kind in KINDS:
         sub = [r for r in rows if r.kind == kind]
         if not sub:
             continue
         L += [f"## {GOAL[kind][0]}", "", GOAL[kind][1], "",
               "| attack | family | n | clean | attacked | Δ points [95% CI] | lost | gained "
-              "| Δ score | truncated | windows | tokens |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| Δ score | truncated | windows | tokens | screened |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in sub:
             ci = "" if r.attack == "clean" or math.isnan(r.delta_lo) else (
                 f" [{100 * r.delta_lo:+.1f}, {100 * r.delta_hi:+.1f}]")
             L.append(f"| {r.attack} | {r.family} | {r.n} | {_pct(r.clean, r.n)} | "
                      f"{_pct(r.attacked, r.n)} | {_pts(r.delta)}{ci} | {r.lost} | {r.gained} "
                      f"| {_num(r.score_shift)} | {r.truncated} | {r.windows:.1f} | "
-                     f"{r.tokens:.0f} |")
+                     f"{r.tokens:.0f} | {r.screened} |")
         L.append("")
     base = [r for r in rows if r.attack == "clean"]
     preds = sorted({k for r in base for k in r.predicate_clean})

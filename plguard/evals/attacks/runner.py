@@ -113,7 +113,9 @@ def record(pair: Pair, attack: str, texts: Attacked | None,
                predicates=out.grounding.probs, truncated=out.grounding.truncated,
                windows=max((len(s.windows) for s in out.grounding.scores
                             if not s.unseen), default=0) or 1,
-               template=out.grounding.template_version, times=dict(out.timings_s))
+               template=out.grounding.template_version, times=dict(out.timings_s),
+               screen=[{"kind": f.kind, "where": f.where, "text": f.text}
+                       for f in out.grounding.screen])
     return rec
 
 

@@ -45,9 +45,24 @@ def _backend(fail=None):
 def _cfg(**kw):
     # Word-count tokens: 300 words of budget keeps a 1k-token padded response's head and
     # tail, so its middle (the payload) is cut, as the real budget does for long answers.
+    # Screening off: these tests need the gullible grounder to see the injections.
     return GuardConfig.from_dict({"generator": {"path": "scripted-model", "batch_size": 4},
-                                  "policy": "minimal", "grounding": {"max_data_tokens": 300},
+                                  "policy": "minimal",
+                                  "grounding": {"max_data_tokens": 300, "screen": "off"},
                                   "eval": {"bootstrap": 200}, **kw})
+
+
+def test_screening_keeps_the_self_answer_from_the_grounder(tmp_path):
+    cfg = _cfg(grounding={"max_data_tokens": 300})  # screen at its default, sanitize
+    _run(tmp_path, cfg=cfg, limit=6, attacks=("clean", "answer_false", "fmt_code"))
+    recs = _by_id(tmp_path)
+    assert recs["h01/answer_false"]["detected"]  # the same grounder, no longer fooled
+    assert recs["h01/answer_false"]["screen"] == [
+        {"kind": "self_answer", "where": "response", "text": "Answer: False"}]
+    assert recs["h01/fmt_code"]["screen"] == [] and recs["h01/clean"]["screen"] == []
+    md = (tmp_path / "attacks.md").read_text()
+    assert "| answer_false | self_answer | 3 | 100.0% (3/3) | 100.0% (3/3) | +0.0" in md
+    assert md.count("| 3 |\n") >= 2  # the screened column: every answer_false record
 
 
 def _run(out, backend=None, cfg=None, **kw):
