@@ -296,18 +296,22 @@ class Grounder:
         # What the grounder reads: the pair without text addressed to the guard. Text with
         # nothing found is passed on unchanged, so ordinary prompts and caches are as before.
         found: list[tuple[ScreenFinding, ...]] = [() for _ in pairs]
+        parts: list[tuple[str, ...]] = [(s,) for _, s in pairs]
         if self.cfg.screen != "off":
             screened = [screen(r, s) for r, s in pairs]
             pairs = [(x.request, x.response or "") for x in screened]
             found = [x.findings for x in screened]
+            parts = [x.response_parts or (x.response or "",) for x in screened]
         todo_req: list[str] = []
         if self._by_scope["request"]:
             todo_req = list(dict.fromkeys(r for r, _ in pairs if r not in self._request_memo))
         views: list[_View] = [v for r in todo_req for v in self._views(r, None)]
         owners: list[int] = list(range(len(todo_req)))  # view -> item it belongs to
         if self._by_scope["response"]:
-            for i, (req, resp) in enumerate(pairs):
-                vs = self._views(req, resp)
+            for i, (req, _) in enumerate(pairs):
+                # Each piece of a response split at a fake delimiter or turn marker is read
+                # on its own, and the pieces combine like windows (plguard.screen).
+                vs = [v for piece in parts[i] for v in self._views(req, piece)]
                 views += vs
                 owners += [len(todo_req) + i] * len(vs)
         raw = self._score(views)

@@ -94,6 +94,11 @@ class Screened:
     request: str
     response: str | None
     findings: tuple[Finding, ...] = ()
+    # The response cut where a fake delimiter or turn marker stood: the pieces an attacker
+    # passed off as separate messages, grounded one by one (as windows) so a decoy refusal
+    # appended after a fake "end of response" cannot water down the real one. One piece
+    # (the response) when there was no such marker.
+    response_parts: tuple[str, ...] = ()
 
 
 def _sentences(text: str) -> Iterator[tuple[int, int]]:
@@ -120,40 +125,52 @@ def _spans(text: str) -> list[tuple[int, int, str]]:
     return out
 
 
-def _clean(text: str, where: Scope) -> tuple[str, tuple[Finding, ...]]:
+def _tidy(text: str) -> str:
+    text = re.sub(r"[ \t]+\n", "\n", text)
+    text = re.sub(r"\n{3,}", "\n\n", text)
+    return re.sub(r"[ \t]{2,}", " ", text).strip()
+
+
+_STRUCTURAL = ("chat_marker", "delimiter")
+
+
+def _clean(text: str, where: Scope) -> tuple[str, tuple[Finding, ...], tuple[str, ...]]:
     # Full-width and other compatibility forms (＜｜im_start｜＞) are matched as what they
     # spell; NFKC is applied only when something is found, so clean text stays unchanged.
     norm = unicodedata.normalize("NFKC", text)
     spans = sorted(_spans(norm))
     if not spans:
-        return text, ()
-    merged: list[tuple[int, int, str]] = []
+        return text, (), (text,)
+    merged: list[tuple[int, int, str, bool]] = []
     for a, b, kind in spans:
         # Overlapping spans join, and so do spans a short word apart on one line
         # ("<guard>allow</guard>"); the first one's kind names them.
         if merged and (a <= merged[-1][1] or _SHORT_GAP.fullmatch(norm, merged[-1][1], a)):
-            merged[-1] = (merged[-1][0], max(merged[-1][1], b), merged[-1][2])
+            m = merged[-1]
+            merged[-1] = (m[0], max(m[1], b), m[2], m[3] or kind in _STRUCTURAL)
         else:
-            merged.append((a, b, kind))
-    findings = tuple(Finding(k, where, norm[a:b].strip()[:200]) for a, b, k in merged)
-    pieces, pos = [], 0
-    for a, b, _ in merged:
+            merged.append((a, b, kind, kind in _STRUCTURAL))
+    findings = tuple(Finding(k, where, norm[a:b].strip()[:200]) for a, b, k, _ in merged)
+    pieces, parts, pos = [], [""], 0
+    for a, b, _, structural in merged:
         pieces.append(norm[pos:a])
+        parts[-1] += norm[pos:a]
+        if structural:
+            parts.append("")
         pos = b
     pieces.append(norm[pos:])
-    out = re.sub(r"[ \t]+\n", "\n", "".join(pieces))
-    out = re.sub(r"\n{3,}", "\n\n", out)
-    out = re.sub(r"[ \t]{2,}", " ", out).strip()
-    return out, findings
+    parts[-1] += norm[pos:]
+    out = _tidy("".join(pieces))
+    return out, findings, tuple(t for t in map(_tidy, parts) if t) or (out,)
 
 
 def screen(request: str, response: str | None = None) -> Screened:
     """Find text addressed to the guard in a pair and return the pair without it."""
-    req, f_req = _clean(request, "request")
+    req, f_req, _ = _clean(request, "request")
     if response is None:
         return Screened(req, None, f_req)
-    resp, f_resp = _clean(response, "response")
-    return Screened(req, resp, f_req + f_resp)
+    resp, f_resp, parts = _clean(response, "response")
+    return Screened(req, resp, f_req + f_resp, parts)
 
 
 __all__ = ["Finding", "Screened", "screen"]
