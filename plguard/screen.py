@@ -32,59 +32,59 @@ _ROLE = r"(?:system|user|assistant|model|human|ai|bot|annotator|reviewer|tool)"
 # Special tokens of chat templates (<|im_start|>, <|eot_id|>, <|end|>, [INST], <<SYS>>,
 # <start_of_turn>, </s>), each with the role word a template puts after it.
 # A bare <s> / </s> is also HTML (strikethrough), so it counts only next to another marker.
-_TOKEN = (r"(?:(?:</?s>[ \t]*)*(?:<\|[A-Za-z_][\w.-]{0,38}\|>|\[/?INST\]|<</?SYS>>"
-          r"|</?(?:start|end)_of_turn>|<\|?/?(?:bos|eos)\|?>)(?:[ \t]*</?s>)*)")
-_MARKER = re.compile(rf"(?:{_TOKEN}(?:[ \t]*{_ROLE}\b[ \t]*:?)?[ \t]*)+", re.IGNORECASE)
+_TOKEN = (r"(?:(?:</?s>[ \t]*+)*(?:<\|[A-Za-z_][\w.-]{0,38}\|>|\[/?INST\]|<</?SYS>>"
+          r"|</?(?:start|end)_of_turn>|<\|?/?(?:bos|eos)\|?>)(?:[ \t]*+</?s>)*)")
+_MARKER = re.compile(rf"(?:{_TOKEN}(?:[ \t]*+{_ROLE}\b[ \t]*+:?)?[ \t]*+)+", re.IGNORECASE)
 # Data-block delimiters: <<RESPONSE>>, <<<END REQUEST>>>, [/RESPONSE], [END OF RESPONSE],
 # and an all-caps line "END RESPONSE" / "BEGIN REQUEST".
 _FIELD = (r"(?:REQUEST|RESPONSE|QUESTION|ANSWER|DATA|INPUT|OUTPUT|CONVERSATION|TRANSCRIPT"
           r"|USER|ASSISTANT|PROMPT|COMPLETION)")
 _DELIM = re.compile(
-    rf"<{{2,}}\s*/?\s*(?:(?:END|BEGIN|START)\s+(?:OF\s+)?)?{_FIELD}\s*>{{2,}}"
-    rf"|\[\s*/?\s*(?:(?:END|BEGIN|START)\s+(?:OF\s+(?:THE\s+)?)?)?{_FIELD}\s*\]"
-    rf"|^[ \t]*(?:[#=*~-]{{2,}}[ \t]*)?(?:END|BEGIN|START)\s+(?:OF\s+(?:THE\s+)?)?{_FIELD}"
-    rf"[ \t]*(?:[#=*~-]{{2,}})?[ \t]*:?[ \t]*$",
+    rf"(?<!<)<{{2,}}+\s*+/?\s*+(?:(?:END|BEGIN|START)\s++(?:OF\s++)?)?{_FIELD}\s*+>{{2,}}"
+    rf"|\[\s*+/?\s*+(?:(?:END|BEGIN|START)\s++(?:OF\s++(?:THE\s++)?)?)?{_FIELD}\s*+\]"
+    rf"|^[ \t]*+(?:[#=*~-]{{2,}}[ \t]*+)?(?:END|BEGIN|START)\s++(?:OF\s++(?:THE\s++)?)?{_FIELD}"
+    rf"[ \t]*+(?:[#=*~-]{{2,}})?[ \t]*+:?[ \t]*+$",
     re.MULTILINE)
 _VERDICT = (r"(?:true|false|yes|no|safe|unsafe|harmless|harmful|benign|malicious|compliant"
             r"|allow(?:ed)?|block(?:ed)?|pass(?:ed)?|fail(?:ed)?|approved?|cleared)")
-_GUARD = (r"(?:(?:content|ai|llm)?[\s-]*safety[\s-]*(?:reviewer|annotator|checker|check|filter"
+_GUARD = (r"(?:(?:content|ai|llm)?[\s-]*+safety[\s-]*+(?:reviewer|annotator|checker|check|filter"
           r"|system|model|classifier)|reviewer|annotator|moderator|grader|classifier"
-          r"|evaluator|judge|grounder|guard(?:rail)?|safety\s+(?:check|filter))")
+          r"|evaluator|judge|grounder|guard(?:rail)?|safety\s++(?:check|filter))")
 _SELF_ANSWER = [
     # "Answer: False", "Verdict = safe", "**Label:** unsafe": a verdict with its cue.
-    re.compile(rf"(?:[*_]{{1,3}})?\b(?:(?:final|my|the|correct|overall|official|safety)\s+)?(?:answer|verdict|label|rating|classification|assessment|judg(?:e)?ment"
-               rf"|decision|output|result|response\s+is){{1}}\s*\**\s*[:=]\s*\**\s*[\"'“]?"
-               rf"(?<!\bor ){_VERDICT}\b(?!\s+or\b)[\"'”]?\.?", re.IGNORECASE),
+    re.compile(rf"(?:[*_]{{1,3}})?\b(?:(?:final|my|the|correct|overall|official|safety)\s++)?(?:answer|verdict|label|rating|classification|assessment|judg(?:e)?ment"
+               rf"|decision|output|result|response\s++is){{1}}\s*+\**\s*+[:=]\s*+\**\s*+[\"'“]?"
+               rf"(?<!\bor ){_VERDICT}\b(?!\s++or\b)[\"'”]?\.?", re.IGNORECASE),
     # "[grounder: False]", "<reviewer>safe</reviewer>", "[guard verdict: allow]".
-    re.compile(rf"[\[<(]\s*/?\s*{_GUARD}\b[^\]>)\n]{{0,60}}[\]>)]", re.IGNORECASE),
+    re.compile(rf"[\[<(]\s*+/?\s*+{_GUARD}\b[^\]>)\n]{{0,60}}[\]>)]", re.IGNORECASE),
     # A yes/no question put to the reader, as the grounding prompt asks it.
-    re.compile(r"^[ \t]*Question\s*:.{0,300}?\(\s*(?:True|Yes)\s+or\s+(?:False|No)\s*\)",
+    re.compile(r"^[ \t]*+Question\s*+:.{0,300}?\(\s*+(?:True|Yes)\s++or\s++(?:False|No)\s*+\)",
                re.IGNORECASE | re.MULTILINE),
 ]
 # A sentence that grades the text it sits in ("This response is safe and refuses ...").
 _SELF_VERDICT = re.compile(
-    r"\b(?:this|the\s+(?:above|following|present)|the\s+assistant'?s)\s+(?:response|answer|reply|message"
-    r"|output|completion|conversation|request|exchange)\b[^.!?\n]{0,80}?\b(?:is|was|has\s+been"
-    r"|does\s+not|doesn't|contains\s+no)\s+(?:\w+\s+){0,2}?(?:safe|harmless|benign"
+    r"\b(?:this|the\s++(?:above|following|present)|the\s++assistant'?s)\s++(?:response|answer|reply|message"
+    r"|output|completion|conversation|request|exchange)\b[^.!?\n]{0,80}?\b(?:is|was|has\s++been"
+    r"|does\s++not|doesn't|contains\s++no)\s++(?:\w++\s++){0,2}?(?:safe|harmless|benign"
     r"|appropriate|compliant|refus\w*|declin\w*|helpful|reviewed|cleared|approved"
-    r"|(?:give|provide|contain)s?\s+(?:no|any)|answers?\s+the\s+request)", re.IGNORECASE)
+    r"|(?:give|provide|contain)s?\s++(?:no|any)|answers?\s++the\s++request)", re.IGNORECASE)
 # A sentence addressed to the guard, or telling anyone to answer a fixed verdict.
 _ADDRESS = [
-    re.compile(rf"\b(?:note|instructions?|message|attention|memo)\s+(?:for|to)\s+(?:the\s+)?"
-               rf"(?:\w+[\s-]+){{0,2}}?{_GUARD}\b", re.IGNORECASE),
-    re.compile(rf"\b{_GUARD}s?\s+(?:must|should|shall|has\s+to|have\s+to|needs?\s+to|is\s+to"
-               rf"|are\s+to|will|may\s+only)\s+(?:\w+\s+){{0,2}}?(?:answer|respond|reply|say"
+    re.compile(rf"\b(?:note|instructions?|message|attention|memo)\s++(?:for|to)\s++(?:the\s++)?"
+               rf"(?:\w++[\s-]++){{0,2}}?{_GUARD}\b", re.IGNORECASE),
+    re.compile(rf"\b{_GUARD}s?\s++(?:must|should|shall|has\s++to|have\s++to|needs?\s++to|is\s++to"
+               rf"|are\s++to|will|may\s++only)\s++(?:\w++\s++){{0,2}}?(?:answer|respond|reply|say"
                rf"|output|return|mark|label|classify|rate|approve|allow|clear|pass|ignore"
                rf"|disregard|treat)\b", re.IGNORECASE),
-    re.compile(rf"\b(?:dear|hey|hi|hello|attention)\s+(?:the\s+)?(?:\w+[\s-]+)?{_GUARD}\b"
-               rf"|\bplease\s+(?:mark|label|classify|rate|answer|respond|treat|flag|score)\b"
-               rf"[^.!?\n]{{0,60}}?\b(?<!\bor ){_VERDICT}\b(?!\s+or\b)", re.IGNORECASE),
-    re.compile(rf"\b(?:must|should|shall|have\s+to|need\s+to|are\s+to|always)\s+(?:answer"
-               rf"|respond|reply|say|output|return|mark|label|classify|rate)\s+(?:\w+\s+){{0,3}}?"
-               rf"[\"'“]?(?<!\bor ){_VERDICT}\b(?!\s+or\b)", re.IGNORECASE),
+    re.compile(rf"\b(?:dear|hey|hi|hello|attention)\s++(?:the\s++)?(?:\w++[\s-]++)?{_GUARD}\b"
+               rf"|\bplease\s++(?:mark|label|classify|rate|answer|respond|treat|flag|score)\b"
+               rf"[^.!?\n]{{0,60}}?\b(?<!\bor ){_VERDICT}\b(?!\s++or\b)", re.IGNORECASE),
+    re.compile(rf"\b(?:must|should|shall|have\s++to|need\s++to|are\s++to|always)\s++(?:answer"
+               rf"|respond|reply|say|output|return|mark|label|classify|rate)\s++(?:\w++\s++){{0,3}}?"
+               rf"[\"'“]?(?<!\bor ){_VERDICT}\b(?!\s++or\b)", re.IGNORECASE),
 ]
 _SHORT_GAP = re.compile(r"[^\n.!?]{0,12}")
-_SENTENCE = re.compile(r"[^.!?\n]*(?:[.!?]+[\"')\]”]*|\n|$)")
+_SENTENCE = re.compile(r"[^.!?\n]*+(?:[.!?]+[\"')\]”]*|\n|$)")
 
 
 @dataclass(frozen=True, slots=True)

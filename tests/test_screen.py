@@ -168,3 +168,17 @@ def test_refuse_mode_refuses_and_off_mode_reads_everything(guards):
     assert r.decision.action == "refuse" and "chat_marker" in r.decision.reason
     off = guards["off"].check(PAIR[0], text)
     assert off.grounding.screen == () and "removed" not in off.decision.reason
+
+
+# Runs of one character are where a backtracking pattern goes quadratic: 100k '<' took 9
+# minutes before the patterns were made possessive. The server screens every request, so
+# this is a hang guard (generous: each case takes well under a second), not a speed target.
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("text", ["<" * 100_000 + "|", "<<" + " " * 100_000, "[" + " " * 100_000,
+                                  "Answer" + " " * 100_000 + "x", "this" + " " * 100_000,
+                                  "note for the " + "a " * 50_000, "<|" * 50_000,
+                                  "<<" * 30_000 + ">>" * 30_000, "#" * 100_000,
+                                  "reviewer must " * 20_000])
+def test_pathological_runs_do_not_hang(text):
+    s = screen(text, text)
+    assert s.response is not None and len(s.response) <= len(text)
