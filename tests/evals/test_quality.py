@@ -140,6 +140,35 @@ def test_ground_resumes_after_an_interruption(tmp_path):
                         grounder=backend, generator=backend)
 
 
+def test_the_judge_model_loads_only_after_grounding(tmp_path, monkeypatch):
+    events: list[str] = []
+    judge = _backend()
+
+    def p_true(prefix, suffix):
+        events.append("ground")
+        return _informative(prefix, suffix)
+
+    def load(cfg):
+        events.append(f"load {cfg.path}")
+        return judge
+
+    monkeypatch.setattr("plguard.backends.load_backend", load)
+    grounder = ScriptedBackend(lambda c: "{}", p_true)
+    cfg = _guard_config(grounder={"path": "/nonexistent/grounder"})
+    ground_labelled(cfg, tmp_path / "a", policies=["minimal"], limit=4, judge=False,
+                    progress=False, grounder=grounder)
+    assert events and not [e for e in events if e.startswith("load")]  # no judge: never
+    events.clear()
+    ground_labelled(cfg, tmp_path / "b", policies=["minimal"], limit=4, progress=False,
+                    grounder=grounder)
+    loads = [i for i, e in enumerate(events) if e.startswith("load")]
+    assert [events[i] for i in loads] == ["load /nonexistent/scripted"]
+    assert "ground" in events[:loads[0]] and "ground" not in events[loads[0]:]
+    man = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    assert man["generator"]["model_id"] == "scripted"
+    assert len((tmp_path / "b" / "judge.jsonl").read_text().splitlines()) == 4
+
+
 def test_fit_on_dev_and_report_on_test(grounded, tmp_path):
     cal_dir = tmp_path / "cal"
     paths = fit_calibrations(grounded, POLICIES, cal_dir, split="dev")

@@ -135,8 +135,10 @@ def _run(config: GuardConfig, out: Path, policy_names: Sequence[str], split: str
                           "into another --out folder")
     shared = config.grounder in (None, config.generator)
     jtodo = [c for c in items if c.uid not in jstore] if judge else []
-    # The generator is loaded only when it is needed: to judge, or because it grounds.
-    gen = generator or (load_backend(config.generator) if jtodo or shared else None)
+    # The generator is loaded only when it is needed: now if it also grounds, else only
+    # after grounding and only to judge (a vLLM engine held idle through hours of
+    # grounding would take memory every other job on the machine needs).
+    gen = generator or (load_backend(config.generator) if shared else None)
     gb = grounder_backend or (gen if shared else load_backend(config.grounder_model))
     assert gb is not None  # shared implies gen was loaded
     grounder = Grounder(gb, plan.specs, gcfg)
@@ -179,7 +181,11 @@ def _run(config: GuardConfig, out: Path, policy_names: Sequence[str], split: str
                     summary.grounded += 1
                 gstore.append(rec)
             bar.update(len(chunk))
-    if jtodo and gen is not None:
+    if jtodo:
+        if gen is None:
+            gen = load_backend(config.generator)
+            manifest["generator"] = model_identity(gen, config.generator.path)
+            write_json_atomic(mpath, manifest)
         bs = config.generator.batch_size
         gc = config.generation
         methods = Methods(gen, load_policy(config.policy).text,
