@@ -14,11 +14,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from plguard.calibration import check_applies, load_calibration
+from plguard.calibration import Calibration, check_applies, load_calibration
 from plguard.config import GuardConfig, Thresholds
 from plguard.decide import decide
 from plguard.errors import ConfigError, InputError
-from plguard.evals.attacks.runner import calibration_record, detects
+from plguard.evals.attacks.runner import calibration_record, decision_fields
 from plguard.evals.store import git_commit, now_iso, read_jsonl, write_json_atomic
 from plguard.policy import Policy, load_policy
 
@@ -52,14 +52,13 @@ def _load_manifest(src: Path) -> dict[str, Any]:
     return manifest
 
 
-def _check(manifest: Mapping[str, Any], src: Path, policy: Policy,
-           config: GuardConfig) -> dict[str, Any] | None:
+def _check(manifest: Mapping[str, Any], src: Path, policy: Policy, config: GuardConfig,
+           cal: Calibration | None) -> dict[str, Any] | None:
     """Refuse unless the run's stored P(True) are what this config would have produced."""
     from plguard.grounding import question_digest
 
     where = f"--rescore {src}"
     asked = {p.name: question_digest(p, config.grounding) for p in policy.predicates}
-    cal = load_calibration(config.grounding.calibration) if config.grounding.calibration else None
     if cal is not None:
         g = manifest.get("grounder", {})
         check_applies(cal, model_sha256=g.get("sha256"), model_id=g.get("model_id", ""),
@@ -84,7 +83,6 @@ def rescore_run(run_dir: str | Path, out_dir: str | Path, config: GuardConfig) -
 
     Uses ``config``'s policy, and its thresholds or its calibration's fitted ones.
     """
-    from plguard.calibration import load_calibration as load
     from plguard.evals.attacks.report import write_report
     from plguard.guard import effective_thresholds
 
@@ -93,8 +91,8 @@ def rescore_run(run_dir: str | Path, out_dir: str | Path, config: GuardConfig) -
         raise InputError(f"--rescore {src}: write the rescored run to another --out folder")
     manifest = _load_manifest(src)
     policy = load_policy(config.policy)
-    cal_record = _check(manifest, src, policy, config)
-    cal = load(config.grounding.calibration) if config.grounding.calibration else None
+    cal = load_calibration(config.grounding.calibration) if config.grounding.calibration else None
+    cal_record = _check(manifest, src, policy, config, cal)
     th = effective_thresholds(config, cal)
     recs = [r if r.get("error") is not None else _redecide(r, policy, th, src)
             for r in read_jsonl(src / "records.jsonl")]
@@ -121,11 +119,7 @@ def _redecide(rec: dict[str, Any], policy: Policy, th: Thresholds, src: Path) ->
                          f"{', '.join(missing)}: the policy asks what the run did not; rerun "
                          "the attacks")
     d = decide(policy.evaluate(probs), policy.unsafe_rules, policy.over_refusal_rules, th)
-    harmful = rec.get("kind") == "harmful"
-    return rec | {"action": d.action, "detected": detects(rec.get("kind", ""), d.action),
-                  "strongest_unsafe": list(d.strongest_unsafe),
-                  "strongest_over_refusal": list(d.strongest_over_refusal),
-                  "score": (d.strongest_unsafe if harmful else d.strongest_over_refusal)[1]}
+    return rec | decision_fields(str(rec.get("kind", "")), d)
 
 
 __all__ = ["rescore_run", "run_calibration"]

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from plguard.backends.base import Backend
     from plguard.calibration import Calibration
     from plguard.guard import Guard
-    from plguard.types import GuardResult
+    from plguard.types import Decision, GuardResult
 
 # Bump when a transform's output changes: records made by another version are not comparable.
 ATTACKS_VERSION = "a1"
@@ -70,6 +70,14 @@ def detects(kind: str, action: str) -> bool:
 def detected(pair: Pair, result: GuardResult) -> bool:
     """Whether the guard flags the pair's violation (:func:`detects`)."""
     return detects(pair.kind, result.decision.action)
+
+
+def decision_fields(kind: str, d: Decision) -> dict[str, Any]:
+    """What a record keeps of a decision on a ``kind`` pair (a run's and a rescore's)."""
+    return {"action": d.action, "detected": detects(kind, d.action),
+            "strongest_unsafe": list(d.strongest_unsafe),
+            "strongest_over_refusal": list(d.strongest_over_refusal),
+            "score": (d.strongest_unsafe if kind == "harmful" else d.strongest_over_refusal)[1]}
 
 
 def calibration_record(cal: Calibration | None) -> dict[str, Any] | None:
@@ -104,12 +112,7 @@ def record(pair: Pair, attack: str, texts: Attacked | None,
     if isinstance(out, BaseException):
         rec["error"] = error_text(out)
         return rec
-    d = out.decision
-    rec.update(error=None, action=d.action, detected=detected(pair, out),
-               strongest_unsafe=list(d.strongest_unsafe),
-               strongest_over_refusal=list(d.strongest_over_refusal),
-               score=(d.strongest_unsafe if pair.kind == "harmful"
-                      else d.strongest_over_refusal)[1],
+    rec.update(error=None, **decision_fields(pair.kind, out.decision),
                predicates=out.grounding.probs, truncated=out.grounding.truncated,
                windows=max((len(s.windows) for s in out.grounding.scores
                             if not s.unseen), default=0) or 1,
