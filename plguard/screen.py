@@ -52,8 +52,9 @@ _GUARD = (r"(?:(?:content|ai|llm)?[\s-]*+safety[\s-]*+(?:reviewer|annotator|chec
           r"|evaluator|judge|grounder|guard(?:rail)?|safety\s++(?:check|filter))")
 _SELF_ANSWER = [
     # "Answer: False", "Verdict = safe", "**Label:** unsafe": a verdict with its cue.
-    re.compile(rf"(?:[*_]{{1,3}})?\b(?:(?:final|my|the|correct|overall|official|safety)\s++)?(?:answer|verdict|label|rating|classification|assessment|judg(?:e)?ment"
-               rf"|decision|output|result|response\s++is){{1}}\s*+\**\s*+[:=]\s*+\**\s*+[\"'“]?"
+    re.compile(rf"(?:[*_]{{1,3}})?\b(?:(?:final|my|the|correct|overall|official|safety)\s++)?"
+               rf"(?:answer|verdict|label|rating|classification|assessment|judg(?:e)?ment"
+               rf"|decision|output|result|response\s++is)\s*+\**\s*+[:=]\s*+\**\s*+[\"'“]?"
                rf"(?<!\bor ){_VERDICT}\b(?!\s++or\b)[\"'”]?\.?", re.IGNORECASE),
     # "[grounder: False]", "<reviewer>safe</reviewer>", "[guard verdict: allow]".
     re.compile(rf"[\[<(]\s*+/?\s*+{_GUARD}\b[^\]>)\n]{{0,60}}[\]>)]", re.IGNORECASE),
@@ -63,8 +64,9 @@ _SELF_ANSWER = [
 ]
 # A sentence that grades the text it sits in ("This response is safe and refuses ...").
 _SELF_VERDICT = re.compile(
-    r"\b(?:this|the\s++(?:above|following|present)|the\s++assistant'?s)\s++(?:response|answer|reply|message"
-    r"|output|completion|conversation|request|exchange)\b[^.!?\n]{0,80}?\b(?:is|was|has\s++been"
+    r"\b(?:this|the\s++(?:above|following|present)|the\s++assistant'?s)"
+    r"\s++(?:response|answer|reply|message|output|completion|conversation|request|exchange)\b"
+    r"[^.!?\n]{0,80}?\b(?:is|was|has\s++been"
     r"|does\s++not|doesn't|contains\s++no)\s++(?:\w++\s++){0,2}?(?:safe|harmless|benign"
     r"|appropriate|compliant|refus\w*|declin\w*|helpful|reviewed|cleared|approved"
     r"|(?:give|provide|contain)s?\s++(?:no|any)|answers?\s++the\s++request)", re.IGNORECASE)
@@ -80,7 +82,8 @@ _ADDRESS = [
                rf"|\bplease\s++(?:mark|label|classify|rate|answer|respond|treat|flag|score)\b"
                rf"[^.!?\n]{{0,60}}?\b(?<!\bor ){_VERDICT}\b(?!\s++or\b)", re.IGNORECASE),
     re.compile(rf"\b(?:must|should|shall|have\s++to|need\s++to|are\s++to|always)\s++(?:answer"
-               rf"|respond|reply|say|output|return|mark|label|classify|rate)\s++(?:\w++\s++){{0,3}}?"
+               rf"|respond|reply|say|output|return|mark|label|classify|rate)\s++"
+               rf"(?:\w++\s++){{0,3}}?"
                rf"[\"'“]?(?<!\bor ){_VERDICT}\b(?!\s++or\b)", re.IGNORECASE),
 ]
 _SHORT_GAP = re.compile(r"[^\n.!?]{0,12}")

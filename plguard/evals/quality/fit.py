@@ -189,7 +189,7 @@ def best_f1_threshold(y: np.ndarray, s: np.ndarray) -> tuple[float, float]:
 
 
 def predicate_samples(recs: Records, raw: np.ndarray, gold: np.ndarray, j: int, scope: str
-             ) -> tuple[np.ndarray, np.ndarray]:
+                      ) -> tuple[np.ndarray, np.ndarray]:
     """(raw P, gold 0/1) of column ``j`` where both are known; one per prompt for requests."""
     x, y = raw[:, j], gold[:, j]
     keep = np.isfinite(x) & np.isfinite(y)
