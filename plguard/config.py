@@ -104,8 +104,13 @@ class GroundingConfig(_Strict):
     windows: bool = Field(True, description="Ground a response longer than its budget in "
                           "overlapping windows, every part read, combined per predicate by "
                           "its `windows:` rule. Off: the middle is cut (see unseen).")
+    window_tokens: int | None = Field(
+        None, ge=32, description="Size of each window when a response is windowed (default: "
+        "the response's whole share of max_data_tokens). Smaller windows keep a short passage "
+        "from being diluted by the text around it, at the cost of more windows; responses "
+        "that fit are read whole either way.")
     window_overlap: int = Field(64, ge=0, description="Tokens shared by consecutive windows, "
-                                "so a short passage is always whole in one of them.")
+                                "so a passage up to this long is always whole in one of them.")
     unseen: Literal["prior", "refuse"] = Field(
         "prior", description="With windows off, what a cut response's unseen middle counts "
         "as: 'prior' scores it as one more window at each predicate's prior; 'refuse' "

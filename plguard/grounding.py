@@ -253,10 +253,11 @@ class Grounder:
         if not self.cfg.windows:
             resp, _ = self.backend.truncate_text(resp, b_resp)
             return [_View(req, resp, True, request, response, unseen=True)]
-        wins = self.backend.window_text(resp, b_resp, self.cfg.window_overlap)
+        size = min(b_resp, self.cfg.window_tokens or b_resp)
+        wins = self.backend.window_text(resp, size, self.cfg.window_overlap)
         # Each window is its own cache entry: the key names the window and the split.
         return [_View(req, w, cut_req, request,
-                      f"\x02window {i + 1}/{len(wins)} of {b_resp}:"
+                      f"\x02window {i + 1}/{len(wins)} of {size}:"
                       f"{self.cfg.window_overlap}\x02{response}")
                 for i, w in enumerate(wins)]
 

@@ -144,6 +144,25 @@ def test_real_windowed_grounding_on_the_embedded_model(embedded_backend):
     assert isinstance(reqs[0], TFRequest)
 
 
+def test_window_tokens_caps_each_window(embedded_backend):
+    preds = load_policy("minimal").predicates
+    answer = _long_answer(20)
+    whole = Grounder(embedded_backend, preds, GroundingConfig(max_data_tokens=400,
+                                                              paraphrases=False))
+    small = Grounder(embedded_backend, preds, GroundingConfig(
+        max_data_tokens=400, window_tokens=120, window_overlap=40, paraphrases=False))
+    n_whole = len(whole.windows("How do I garden?", answer))
+    reqs = small.windows("How do I garden?", answer)
+    assert len(reqs) > n_whole >= 2
+    for r in reqs:
+        body = r.prefix.split("<<<RESPONSE>>>\n")[1].split("\n<<<END RESPONSE>>>")[0]
+        assert embedded_backend.count_tokens(body) <= 120
+    # A response that fits its share is read whole, however small the windows.
+    assert len(small.windows("Hi", "A short answer.")) == 1
+    # Windows of another size are other cache entries.
+    assert small._views("Hi", answer)[0].key_response != whole._views("Hi", answer)[0].key_response
+
+
 def test_bundle_window_rules_and_lint(tmp_path):
     pol = load_policy("minimal")
     rules = {p.name: p.windows for p in pol.predicates if p.scope == "response"}

@@ -184,18 +184,13 @@ def load_completions(
     return out
 
 
-def seeded_subset(items: Sequence[LabelledCompletion], limit: int | None, seed: int
-                  ) -> list[LabelledCompletion]:
-    """``limit`` items drawn with ``seed`` (all of them when None), in file order.
+def seeded_order(items: Sequence[LabelledCompletion], seed: int) -> list[int]:
+    """Indices of ``items`` in the order :func:`seeded_subset` takes them.
 
     Stratified by (model, safe/unsafe label) and prefix-stable: each stratum is shuffled,
     and strata are merged by the fractional position of their items (systematic
-    sampling), so any ``limit`` is proportional to the strata within one item each, and a
-    smaller subset is contained in a larger one. A resumed evaluation can therefore grow
-    or shrink its subset and reuse every stored result.
+    sampling), so every prefix is proportional to the strata within one item each.
     """
-    if limit is None or limit >= len(items):
-        return list(items)
     rng = random.Random(seed)
     groups: dict[tuple[str, str], list[int]] = {}
     for i, it in enumerate(items):
@@ -207,7 +202,20 @@ def seeded_subset(items: Sequence[LabelledCompletion], limit: int | None, seed: 
         offset = rng.random()
         ranked += [((j + offset) / len(idx), key, i) for j, i in enumerate(idx)]
     ranked.sort()
-    return [items[i] for i in sorted(i for _, _, i in ranked[:limit])]
+    return [i for _, _, i in ranked]
+
+
+def seeded_subset(items: Sequence[LabelledCompletion], limit: int | None, seed: int
+                  ) -> list[LabelledCompletion]:
+    """``limit`` items drawn with ``seed`` (all of them when None), in file order.
+
+    The first ``limit`` of :func:`seeded_order`: proportional to the strata, and a
+    smaller subset is contained in a larger one, so a resumed evaluation can grow or
+    shrink its subset and reuse every stored result.
+    """
+    if limit is None or limit >= len(items):
+        return list(items)
+    return [items[i] for i in sorted(seeded_order(items, seed)[:limit])]
 
 
 __all__ = [
@@ -221,5 +229,6 @@ __all__ = [
     "data_dir",
     "load_completions",
     "load_prompts",
+    "seeded_order",
     "seeded_subset",
 ]

@@ -11,7 +11,7 @@ import pytest
 
 from plguard import Guard, GuardConfig
 from plguard.calibration import load_calibration
-from plguard.errors import ConfigError
+from plguard.errors import ConfigError, InputError
 from plguard.evals.data import load_prompts
 from plguard.evals.metrics import auroc
 from plguard.evals.quality.fit import best_f1_threshold, fit_calibrations, load_records
@@ -125,8 +125,11 @@ def test_ground_resumes_after_an_interruption(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         ground_labelled(_guard_config(), out, policies=["minimal"], limit=40, judge=False,
                         progress=False, grounder=backend, generator=backend)
-    done = len((out / "grounding.jsonl").read_text().splitlines())
+    done_ids = [json.loads(x)["id"] for x in (out / "grounding.jsonl").read_text().splitlines()]
+    done = len(done_ids)
     assert 0 < done < 40
+    # Grounded in seeded order: what an interrupted run holds is the done-pair subset.
+    assert set(done_ids) == {c.uid for c in labelled_items("dev", done, 0)}
     s = ground_labelled(_guard_config(), out, policies=["minimal"], limit=40, judge=False,
                         progress=False, grounder=backend, generator=backend)
     ids = [json.loads(x)["id"] for x in (out / "grounding.jsonl").read_text().splitlines()]
@@ -191,6 +194,12 @@ def test_fit_on_dev_and_report_on_test(grounded, tmp_path):
     assert ("LLM judge (verdict)", "unsafe") in rows
     md = (tmp_path / "rep" / "quality-test.md").read_text()
     assert "Per-predicate AUROC against gold" in md and "one_question" in md
+    sub = quality_report(grounded, ["minimal"], cal_dir, tmp_path / "sub", split="test",
+                         n_boot=20, limit=50)
+    assert sub["n_pairs"] == 50
+    with pytest.raises(InputError, match=r"pairs of the seeded test subset are not grounded"):
+        quality_report(grounded, ["minimal"], cal_dir, tmp_path / "sub", split="test",
+                       n_boot=20, limit=200)
 
 
 def test_calibration_refuses_another_model_template_or_question(grounded, tmp_path):

@@ -50,7 +50,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from plguard.evals.quality.report import quality_report
 
     quality_report(args.run, args.policies, args.calibrations, args.out or args.run,
-                   split=args.split, n_boot=args.bootstrap)
+                   split=args.split, n_boot=args.bootstrap, limit=args.limit)
     print((Path(args.out or args.run) / f"quality-{args.split}.md").read_text(encoding="utf-8"))
     return 0
 
@@ -155,6 +155,9 @@ def add_quality_commands(eval_sub: Any) -> None:
     r.add_argument("--policies", type=_csv, default=list(QUALITY_POLICIES))
     r.add_argument("--split", choices=SPLITS, default="test")
     r.add_argument("--bootstrap", type=positive_int, default=1000)
+    r.add_argument("--limit", type=positive_int, metavar="N",
+                   help="Only the seeded N-pair subset that `ground --limit N` draws (it "
+                        "must be grounded in full); default: every pair of the split.")
     r.add_argument("--out", metavar="DIR", help="Default: the run folder.")
     r.set_defaults(func=_cmd_report)
 

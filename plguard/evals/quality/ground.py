@@ -28,7 +28,7 @@ from typing import Any
 
 from plguard.config import GuardConfig
 from plguard.errors import ConfigError
-from plguard.evals.data import LabelledCompletion, load_completions, seeded_subset
+from plguard.evals.data import LabelledCompletion, load_completions, seeded_order
 from plguard.evals.quality.splits import check_split, in_split, load_split
 from plguard.evals.shards import error_text, run_safely
 from plguard.evals.store import (
@@ -76,10 +76,15 @@ def union_plan(policies: Sequence[Policy]) -> UnionPlan:
 
 
 def labelled_items(split: str, limit: int | None, seed: int) -> list[LabelledCompletion]:
-    """The labelled completions of ``split``, a seeded stratified subset when ``limit``."""
+    """The labelled completions of ``split``, a seeded stratified subset when ``limit``.
+
+    In seeded order (:func:`seeded_order`), the order they are grounded in, so a run
+    stopped after k pairs holds exactly the k-pair subset and can be reported as one.
+    """
     table = load_split()
     items = [c for c in load_completions() if in_split(c.id, check_split(split), table)]
-    return seeded_subset(items, limit, seed)
+    order = seeded_order(items, seed)
+    return [items[i] for i in (order if limit is None else order[:limit])]
 
 
 @dataclass

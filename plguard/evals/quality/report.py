@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from plguard.calibration import load_calibration
+from plguard.errors import InputError
 from plguard.evals.quality.fit import (
     Records,
     apply_calibration,
@@ -130,11 +131,17 @@ def calibrated_matrix(recs: Records, policy_name: str, cal_path: Path | None
 
 def quality_report(folder: str | Path, policies: Sequence[str], calibration_dir: str | Path,
                    out_dir: str | Path, *, split: str = "test", n_boot: int = 1000,
-                   seed: int = 0) -> dict[str, Any]:
-    """Write ``quality-<split>.md`` and ``.json`` into ``out_dir``; return the JSON."""
+                   seed: int = 0, limit: int | None = None) -> dict[str, Any]:
+    """Write ``quality-<split>.md`` and ``.json`` into ``out_dir``; return the JSON.
+
+    With ``limit``, only the seeded stratified ``limit``-pair subset of the split (the one
+    ``ground --limit`` draws with the run's seed), which must be grounded in full.
+    """
     recs = load_records(folder, split)
     if not recs.rows:
         raise ValueError(f"no records of split {split} in {folder}")
+    if limit is not None:
+        recs = subset_records(recs, folder, split, limit)
     y_u, y_o = outcomes(recs.rows)
     rows: list[DetectorScore] = []
     predicates: dict[str, list[dict[str, Any]]] = {}
@@ -165,6 +172,21 @@ def quality_report(folder: str | Path, policies: Sequence[str], calibration_dir:
     write_json_atomic(out / f"quality-{split}.json", doc)
     (out / f"quality-{split}.md").write_text(render(doc, rows), encoding="utf-8")
     return doc
+
+
+def subset_records(recs: Records, folder: str | Path, split: str, limit: int) -> Records:
+    """The records of the seeded ``limit``-pair subset of ``split``; all must be there."""
+    from plguard.evals.quality.ground import labelled_items
+
+    want = [c.uid for c in labelled_items(split, limit, int(recs.manifest.get("seed", 0)))]
+    by_id = {str(r["id"]): r for r in recs.rows}
+    missing = [u for u in want if u not in by_id]
+    if missing:
+        raise InputError(f"{folder}: {len(missing)} of the {len(want)} pairs of the seeded "
+                         f"{split} subset are not grounded (or failed), e.g. {missing[0]}; "
+                         f"run `plguard eval quality ground --split {split} --limit {limit}` "
+                         "into it first")
+    return Records([by_id[u] for u in want], recs.manifest)
 
 
 def predicate_aurocs(recs: Records, policy_name: str | Policy) -> list[dict[str, Any]]:
@@ -242,4 +264,4 @@ def render(doc: Mapping[str, Any], rows: Sequence[DetectorScore]) -> str:
 
 
 __all__ = ["DetectorScore", "Interval", "calibrated_matrix", "fast_auroc", "judge_rows",
-           "predicate_aurocs", "quality_report", "render", "score_detector"]
+           "predicate_aurocs", "quality_report", "render", "score_detector", "subset_records"]
