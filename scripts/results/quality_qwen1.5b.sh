@@ -6,8 +6,8 @@
 #
 #   MODEL=/path/qwen2.5-coder-1.5b-instruct.gguf scripts/results/quality_qwen1.5b.sh STAGE [N]
 #
-# Stages, in order: levers, dev [N], fit, attacks [N], rescore, screened [N], test [N],
-# report, xstest, ablate.
+# Stages, in order: levers, dev [N], fit, attacks [N], rescore, screened [N], padded [N],
+# test [N], report [N], validate, xstest, ablate.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 M=${MODEL:?set MODEL to the 1.5B GGUF (sha256 cc324af0..., see ../shared/ENVIRONMENT.md)}
@@ -42,8 +42,13 @@ fit)
 test)    # the headline pairs (a seeded stratified subset nests in a larger one)
   pl eval quality ground "${common[@]}" --split test --limit "${2:-600}" \
     --policies $POLICIES --out $R/test ;;
-report)
-  pl eval quality report --run $R/test --calibrations $R/calibration --policies $POLICIES ;;
+report)  # N: exactly the seeded N-pair subset that `test N` grounds
+  pl eval quality report --run $R/test --calibrations $R/calibration --policies $POLICIES \
+    ${2:+--limit "$2"} ;;
+validate) # the semantic evaluator with this model against 300 human labels (kappa), before
+          # the xstest stage scores with it
+  pl eval validate-scorers --config configs/measure_qwen1.5b_cpu.yaml --model "$M" \
+    --semantic-limit 300 --out eval/results/validate-scorers-qwen1.5b ;;
 xstest)  # judge and plguard on the 1.5B drafts of eval/results/xstest-qwen1.5b, test part
   pl eval xstest "${common[@]}" --methods llm_judge,plguard --scorers regex --split test \
     --set grounding.calibration=$R/calibration/calibration-detailed.json \
@@ -62,6 +67,15 @@ screened) # the injection families again, with grounding.screen = sanitize (the 
     --set grounding.calibration=$R/calibration/calibration-detailed.json \
     --set grounding.cache=default --attacks clean,self_answer,delimiter,chat_marker,request \
     --limit "${2:-8}" --out eval/results/attacks-qwen1.5b-screened ;;
+padded)  # issue 17: padding again with windows no longer than XSTest's longest responses
+         # (384 tokens, the lengths the calibration was fitted on), sharing 128 tokens
+  pl eval attacks --config configs/measure_qwen1.5b_cpu.yaml --model "$M" \
+    --set generator.backend=transformers --set generator.device=cpu \
+    --set generator.batch_size=16 --set "grounder.path=$M" --set grounder.max_context=4096 \
+    --set grounding.calibration=$R/calibration/calibration-detailed.json \
+    --set grounding.cache=default --set grounding.window_tokens=384 \
+    --set grounding.window_overlap=128 --attacks "${3:-clean,padding}" \
+    --limit "${2:-8}" --out eval/results/attacks-qwen1.5b-windows384 ;;
 rescore) # the attack run re-decided under the current detailed policy and its refitted
          # thresholds (rules changed, questions and predicate maps did not: checked)
   pl eval attacks --rescore eval/results/attacks-qwen1.5b --config configs/measure_qwen1.5b_cpu.yaml \
