@@ -15,7 +15,12 @@ from plguard.errors import ConfigError, InputError
 from plguard.evals.data import load_prompts
 from plguard.evals.metrics import auroc
 from plguard.evals.quality.fit import best_f1_threshold, fit_calibrations, load_records
-from plguard.evals.quality.ground import ground_labelled, labelled_items, union_plan
+from plguard.evals.quality.ground import (
+    QUESTIONS_PER_CALL,
+    ground_labelled,
+    labelled_items,
+    union_plan,
+)
 from plguard.evals.quality.report import fast_auroc, quality_report
 from plguard.evals.quality.splits import load_split, make_split
 from plguard.policy import load_policy
@@ -141,6 +146,29 @@ def test_ground_resumes_after_an_interruption(tmp_path):
         ground_labelled(_guard_config(grounding={"answer_words": "yes_no"}), out,
                         policies=["minimal"], limit=40, judge=False, progress=False,
                         grounder=backend, generator=backend)
+
+
+def test_a_stopped_run_keeps_all_but_a_few_pairs(tmp_path):
+    # The five quality bundles ask 59 questions a pair: flushed every 256 // 59 = 4 pairs
+    # (not every 16, the generation batch), so a run stopped midway keeps whole chunks.
+    five = ["minimal", "moderate", "detailed", "very_detailed", "one_question"]
+    n_q = len(union_plan([load_policy(p) for p in five]).specs)
+    chunk = QUESTIONS_PER_CALL // n_q
+    assert 1 < chunk < 16
+    calls = {"n": 0}
+
+    def stop_midway(prefix, suffix):
+        calls["n"] += 1
+        if calls["n"] == 8 * n_q:
+            raise KeyboardInterrupt
+        return _informative(prefix, suffix)
+
+    backend = ScriptedBackend(lambda c: "{}", stop_midway)
+    with pytest.raises(KeyboardInterrupt):
+        ground_labelled(_guard_config(), tmp_path / "run", policies=five, limit=16,
+                        judge=False, progress=False, grounder=backend, generator=backend)
+    done = len((tmp_path / "run" / "grounding.jsonl").read_text().splitlines())
+    assert 0 < done < 16 and done % chunk == 0
 
 
 def test_the_judge_model_loads_only_after_grounding(tmp_path, monkeypatch):
