@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from plguard.errors import ConfigError, did_you_mean
 
@@ -139,6 +139,15 @@ class GroundingConfig(_Strict):
     cache: str | None = Field(None, description="Grounding cache (SQLite): 'default' for "
                               "<plguard cache dir>/grounding.sqlite, a file path, or null "
                               "(off). Shared across policies, runs and processes.")
+
+    @model_validator(mode="after")
+    def _overlap_fits(self) -> GroundingConfig:
+        # Windows advance by size - overlap tokens: an overlap near the size would read a
+        # long response in thousands of windows (window_spans would clamp it to size - 1).
+        if self.window_tokens is not None and self.window_overlap > self.window_tokens // 2:
+            raise ValueError(f"window_overlap ({self.window_overlap}) must be at most half of "
+                             f"window_tokens ({self.window_tokens}); lower window_overlap")
+        return self
 
 
 class RepairConfig(_Strict):

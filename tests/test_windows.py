@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from plguard import Guard, GuardConfig
 from plguard.config import GroundingConfig
-from plguard.errors import PolicyError
-from plguard.grounding import Grounder
+from plguard.errors import ConfigError, PolicyError
+from plguard.grounding import Grounder, escape_data, split_budget
 from plguard.policy import load_policy
 from plguard.policy.lint import lint
 from plguard.types import TFRequest, TFScore
@@ -159,8 +159,18 @@ def test_window_tokens_caps_each_window(embedded_backend):
         assert embedded_backend.count_tokens(body) <= 120
     # A response that fits its share is read whole, however small the windows.
     assert len(small.windows("Hi", "A short answer.")) == 1
-    # Windows of another size are other cache entries.
+    # Windows of another size are other cache entries; the default keeps the key format
+    # that caches written before window_tokens existed use.
+    n_req = embedded_backend.count_tokens("Hi")
+    n_resp = embedded_backend.count_tokens(escape_data(answer))
+    share = split_budget(n_req, n_resp, 400)[1]
+    n_win = len(whole.windows("Hi", answer))
+    assert whole._views("Hi", answer)[0].key_response == (
+        f"\x02window 1/{n_win} of {share}:64\x02{answer}")
     assert small._views("Hi", answer)[0].key_response != whole._views("Hi", answer)[0].key_response
+    with pytest.raises(ConfigError, match=r"window_overlap \(64\) must be at most half of "
+                                          r"window_tokens \(64\)"):
+        GuardConfig.from_dict({"grounding": {"window_tokens": 64}})
 
 
 def test_bundle_window_rules_and_lint(tmp_path):

@@ -4,7 +4,8 @@
 # Each stage is resumable (rerun it after an interruption); the grounding cache
 # (~/.cache/plguard/grounding.sqlite) means a question answered once is never asked again.
 #
-#   MODEL=/path/qwen2.5-coder-1.5b-instruct.gguf scripts/results/quality_qwen1.5b.sh STAGE [N]
+#   MODEL=/path/qwen2.5-coder-1.5b-instruct.gguf scripts/results/quality_qwen1.5b.sh STAGE [N] [ATTACKS]
+#   (N: pairs; ATTACKS: for stage padded, which attacks or families, default clean,padding)
 #
 # Stages, in order: levers, dev [N], fit, attacks [N], rescore, screened [N], padded [N],
 # test [N], report [N], validate, xstest, ablate.
@@ -45,8 +46,8 @@ test)    # the headline pairs (a seeded stratified subset nests in a larger one)
 report)  # N: exactly the seeded N-pair subset that `test N` grounds
   pl eval quality report --run $R/test --calibrations $R/calibration --policies $POLICIES \
     ${2:+--limit "$2"} ;;
-validate) # the semantic evaluator with this model against 300 human labels (kappa), before
-          # the xstest stage scores with it
+validate) # the semantic evaluator with this model against 300 human labels (kappa): the
+          # xstest stage adds --scorers semantic only if this shows kappa >= 0.6
   pl eval validate-scorers --config configs/measure_qwen1.5b_cpu.yaml --model "$M" \
     --semantic-limit 300 --out eval/results/validate-scorers-qwen1.5b ;;
 xstest)  # judge and plguard on the 1.5B drafts of eval/results/xstest-qwen1.5b, test part

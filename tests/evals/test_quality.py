@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from collections import Counter
 
 import numpy as np
@@ -224,10 +225,30 @@ def test_fit_on_dev_and_report_on_test(grounded, tmp_path):
     assert "Per-predicate AUROC against gold" in md and "one_question" in md
     sub = quality_report(grounded, ["minimal"], cal_dir, tmp_path / "sub", split="test",
                          n_boot=20, limit=50)
-    assert sub["n_pairs"] == 50
-    with pytest.raises(InputError, match=r"pairs of the seeded test subset are not grounded"):
+    assert sub["n_pairs"] == 50 and sub["limit"] == 50 and sub["failed"] == 0
+    assert "seeded stratified 50-pair subset" in (tmp_path / "sub" / "quality-test.md").read_text()
+    # a limit that covers every grounded pair reports exactly what no limit does
+    whole = [quality_report(grounded, ["minimal"], cal_dir, tmp_path / f"w{k}", split="test",
+                            n_boot=20, limit=k)["detectors"] for k in (None, 120)]
+    assert json.dumps(whole[0]) == json.dumps(whole[1])  # NaN-safe equality
+    with pytest.raises(InputError, match=r"not grounded yet.*largest complete subset here "
+                                         r"is --limit 120"):
         quality_report(grounded, ["minimal"], cal_dir, tmp_path / "sub", split="test",
                        n_boot=20, limit=200)
+    # a pair whose grounding failed is left out and counted, not asked for forever
+    broken = tmp_path / "broken"
+    shutil.copytree(grounded, broken)
+    first = labelled_items("test", 50, 0)[0].uid
+    lines = (broken / "grounding.jsonl").read_text().splitlines()
+    recs = [json.loads(x) for x in lines]
+    for r in recs:
+        if r["id"] == first:
+            r.pop("scores")
+            r["error"] = "BackendError: out of memory"
+    (broken / "grounding.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    part = quality_report(broken, ["minimal"], cal_dir, tmp_path / "b", split="test",
+                          n_boot=20, limit=50)
+    assert part["n_pairs"] == 49 and part["failed"] == 1
 
 
 def test_calibration_refuses_another_model_template_or_question(grounded, tmp_path):

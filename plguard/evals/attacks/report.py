@@ -136,7 +136,11 @@ def markdown(rows: Sequence[AttackRow], manifest: Mapping[str, Any]) -> str:
     policy = manifest.get("policy", {}).get("id", cfg.get("policy"))
     budget = cfg.get("grounding", {}).get("max_data_tokens")
     windowed = cfg.get("grounding", {}).get("windows", False)
-    how = ("a longer response is read in overlapping windows: see *windows*" if windowed
+    g = cfg.get("grounding", {})
+    size = (f"of at most {g['window_tokens']} tokens" if g.get("window_tokens")
+            else "as large as the budget allows")
+    how = (f"a longer response is read in overlapping windows {size}, sharing "
+           f"{g.get('window_overlap', 64)} tokens: see *windows*" if windowed
            else "longer request + response text is cut, head and tail kept: see *truncated*")
     npairs = {k: max((r.n for r in rows if r.kind == k and r.attack == "clean"), default=0)
               for k in KINDS}

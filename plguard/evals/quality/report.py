@@ -140,8 +140,9 @@ def quality_report(folder: str | Path, policies: Sequence[str], calibration_dir:
     recs = load_records(folder, split)
     if not recs.rows:
         raise ValueError(f"no records of split {split} in {folder}")
+    failed = None
     if limit is not None:
-        recs = subset_records(recs, folder, split, limit)
+        recs, failed = subset_records(folder, recs, split, limit)
     y_u, y_o = outcomes(recs.rows)
     rows: list[DetectorScore] = []
     predicates: dict[str, list[dict[str, Any]]] = {}
@@ -163,7 +164,8 @@ def quality_report(folder: str | Path, policies: Sequence[str], calibration_dir:
         predicates[policy.name] = predicate_aurocs(recs, name)
     judge = judge_rows(Path(folder), recs, y_u, y_o, n_boot, seed)
     rows += judge
-    doc = {"folder": str(folder), "split": split, "n_pairs": len(recs.rows),
+    doc = {"folder": str(folder), "split": split, "limit": limit, "failed": failed,
+           "n_pairs": len(recs.rows),
            "n_prompts": len({r["prompt_id"] for r in recs.rows}),
            "model": recs.manifest.get("grounder", {}),
            "detectors": [asdict(r) for r in rows], "predicates": predicates}
@@ -174,19 +176,31 @@ def quality_report(folder: str | Path, policies: Sequence[str], calibration_dir:
     return doc
 
 
-def subset_records(recs: Records, folder: str | Path, split: str, limit: int) -> Records:
-    """The records of the seeded ``limit``-pair subset of ``split``; all must be there."""
+def subset_records(folder: str | Path, recs: Records, split: str, limit: int
+                   ) -> tuple[Records, int]:
+    """The records of the seeded ``limit``-pair subset of ``split``, and how many failed.
+
+    A pair whose grounding failed (its record holds an error) is left out and counted,
+    since a rerun does not retry it; a pair not grounded yet is an error that names the
+    largest subset the folder does hold. Rows keep the file's order, so a limit that
+    covers every pair reports exactly what no limit does.
+    """
     from plguard.evals.quality.ground import labelled_items
 
-    want = [c.uid for c in labelled_items(split, limit, int(recs.manifest.get("seed", 0)))]
-    by_id = {str(r["id"]): r for r in recs.rows}
-    missing = [u for u in want if u not in by_id]
+    order = [c.uid for c in labelled_items(split, None, int(recs.manifest.get("seed", 0)))]
+    want = set(order[:limit])
+    failed = {str(r["id"]) for r in read_jsonl(Path(folder) / "grounding.jsonl")
+              if r.get("error")}
+    have = {str(r["id"]) for r in recs.rows} | failed
+    missing = [u for u in order[:limit] if u not in have]
     if missing:
-        raise InputError(f"{folder}: {len(missing)} of the {len(want)} pairs of the seeded "
-                         f"{split} subset are not grounded (or failed), e.g. {missing[0]}; "
-                         f"run `plguard eval quality ground --split {split} --limit {limit}` "
-                         "into it first")
-    return Records([by_id[u] for u in want], recs.manifest)
+        held = next((k for k, u in enumerate(order) if u not in have), len(order))
+        raise InputError(f"{folder}: {len(missing)} of the {limit} pairs of the seeded "
+                         f"{split} subset are not grounded yet, e.g. {missing[0]} (the "
+                         f"largest complete subset here is --limit {held}); run `plguard "
+                         f"eval quality ground --split {split} --limit {limit}` into it first")
+    rows = [r for r in recs.rows if str(r["id"]) in want]
+    return Records(rows, recs.manifest), len(want & failed)
 
 
 def predicate_aurocs(recs: Records, policy_name: str | Policy) -> list[dict[str, Any]]:
@@ -235,6 +249,10 @@ def render(doc: Mapping[str, Any], rows: Sequence[DetectorScore]) -> str:
              "fully complied with; *over_refusal* = safe prompt, fully or partly refused "
              "(human labels). Thresholds of calibrated rows were fitted on the dev split; "
              "95% intervals from 1,000 pair bootstraps.", ""]
+    if doc.get("limit") is not None:
+        lines[2] = (f"The seeded stratified {doc['limit']}-pair subset of the split "
+                    f"(`--limit {doc['limit']}`; {doc.get('failed') or 0} failed to ground "
+                    "and are left out). " + lines[2])
     for target in ("unsafe", "over_refusal"):
         lines += [f"## {target.replace('_', '-')}", "",
                   "| detector | n | positives | AUROC | precision | recall | threshold |",

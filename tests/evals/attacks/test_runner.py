@@ -78,6 +78,20 @@ def test_padding_is_cut_without_windows(tmp_path):
     assert pad["truncated"] and not pad["detected"] and pad["windows"] == 1
 
 
+def test_smaller_windows_read_padding_in_more_windows(tmp_path):
+    runs = {}
+    for name, extra in (("whole", {}), ("small", {"window_tokens": 100, "window_overlap": 40})):
+        cfg = _cfg(grounding={"max_data_tokens": 300, "screen": "off", **extra})
+        _run(tmp_path / name, cfg=cfg, limit=2, attacks=("clean", "pad_1k"))
+        runs[name] = _by_id(tmp_path / name)["h01/pad_1k"]
+    assert runs["small"]["detected"] and runs["whole"]["detected"]
+    assert runs["small"]["windows"] > runs["whole"]["windows"] >= 4
+    md = (tmp_path / "small" / "attacks.md").read_text()
+    assert "overlapping windows of at most 100 tokens, sharing 40 tokens" in md
+    assert "windows as large as the budget allows, sharing 64" in (
+        tmp_path / "whole" / "attacks.md").read_text()
+
+
 def _by_id(out):
     return {r["id"]: r for r in read_jsonl(out / "records.jsonl")}
 
