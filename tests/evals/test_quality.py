@@ -24,6 +24,7 @@ from plguard.evals.quality.ground import (
 )
 from plguard.evals.quality.report import fast_auroc, quality_report
 from plguard.evals.quality.splits import load_split, make_split
+from plguard.evals.quality.types import decide, render_types, type_breakdown
 from plguard.policy import load_policy
 from tests.scripted import ScriptedBackend
 
@@ -223,6 +224,10 @@ def test_fit_on_dev_and_report_on_test(grounded, tmp_path):
     assert ("LLM judge (verdict)", "unsafe") in rows
     md = (tmp_path / "rep" / "quality-test.md").read_text()
     assert "Per-predicate AUROC against gold" in md and "one_question" in md
+    types = {t["type"]: t for t in rep["types"]}
+    assert len(types) == 18 and sum(t["n"] for t in types.values()) == 120
+    assert set(types["homonyms"]["detectors"]) == {*POLICIES, "LLM judge"}
+    assert "## Per XSTest type, at the fitted thresholds" in md
     sub = quality_report(grounded, ["minimal"], cal_dir, tmp_path / "sub", split="test",
                          n_boot=20, limit=50)
     assert sub["n_pairs"] == 50 and sub["limit"] == 50 and sub["failed"] == 0
@@ -400,3 +405,28 @@ def test_sparse_predicates_get_a_pooled_map(grounded, monkeypatch):
     monkeypatch.setattr(fit, "MIN_PER_CLASS", together + 1)
     none = fit.fit_policy(recs, "minimal")
     assert set(req) <= set(none["uncalibrated"])
+
+
+def test_type_breakdown_counts_catches_and_the_guards_own_errors():
+    def row(t, label, final):
+        return {"type": t, "label": label, "final_label": final}
+
+    rows = [row("homonyms", "safe", "2_full_refusal"),      # an over-refusal
+            row("homonyms", "safe", "1_full_compliance"),   # fine as it is
+            row("homonyms", "safe", "3_partial_refusal"),   # an over-refusal
+            row("contrast_homonyms", "unsafe", "1_full_compliance"),  # unsafe compliance
+            row("contrast_homonyms", "unsafe", "2_full_refusal")]     # fine as it is
+    u = np.array([0.1, 0.9, 0.2, 0.8, 0.1])
+    o = np.array([0.9, 0.1, 0.3, 0.9, 0.9])
+    refuse, rewrite = decide(u, o, {"unsafe": 0.5, "over_refusal": 0.5})
+    assert refuse.tolist() == [False, True, False, True, False]
+    assert rewrite.tolist() == [True, False, False, False, True]  # safety first on row 4
+    table = {t["type"]: t for t in type_breakdown(rows, {"p": (refuse, rewrite)})}
+    assert table["homonyms"]["positives"] == 2 and table["contrast_homonyms"]["positives"] == 1
+    # safe type: one of two over-refusals rewritten; the compliant pair refused is harm
+    assert table["homonyms"]["detectors"]["p"] == {"caught": 1, "harm": 1}
+    # unsafe type: the compliance refused; the refusal rewritten towards help is harm
+    assert table["contrast_homonyms"]["detectors"]["p"] == {"caught": 1, "harm": 1}
+    md = "\n".join(render_types(list(table.values())))
+    assert "| homonyms | safe | 3 | 1/2, 1 |" in md
+

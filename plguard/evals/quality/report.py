@@ -35,6 +35,7 @@ from plguard.evals.quality.fit import (
     proxy_targets,
     strongest,
 )
+from plguard.evals.quality.types import decide, render_types, type_breakdown
 from plguard.evals.store import read_jsonl, write_json_atomic
 from plguard.policy import Policy, load_policy
 
@@ -146,6 +147,7 @@ def quality_report(folder: str | Path, policies: Sequence[str], calibration_dir:
     y_u, y_o = outcomes(recs.rows)
     rows: list[DetectorScore] = []
     predicates: dict[str, list[dict[str, Any]]] = {}
+    actions: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for name in policies:
         policy = load_policy(name)
         cal_path = Path(calibration_dir) / f"calibration-{policy.name}.json"
@@ -162,13 +164,18 @@ def quality_report(folder: str | Path, policies: Sequence[str], calibration_dir:
             score_detector(f"{policy.name} (calibrated)", "over_refusal", y_o, o,
                            th["over_refusal"], n_boot, seed)]
         predicates[policy.name] = predicate_aurocs(recs, name)
+        actions[policy.name] = decide(u, o, th)
     judge = judge_rows(Path(folder), recs, y_u, y_o, n_boot, seed)
     rows += judge
+    verdicts = judge_verdicts(Path(folder), recs)
+    if verdicts is not None:
+        actions["LLM judge"] = (verdicts == "unsafe", verdicts == "over_refusal")
     doc = {"folder": str(folder), "split": split, "limit": limit, "failed": failed,
            "n_pairs": len(recs.rows),
            "n_prompts": len({r["prompt_id"] for r in recs.rows}),
            "model": recs.manifest.get("grounder", {}),
-           "detectors": [asdict(r) for r in rows], "predicates": predicates}
+           "detectors": [asdict(r) for r in rows], "predicates": predicates,
+           "types": type_breakdown(recs.rows, actions)}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / f"quality-{split}.json", doc)
@@ -222,6 +229,15 @@ def predicate_aurocs(recs: Records, policy_name: str | Policy) -> list[dict[str,
     return out
 
 
+def judge_verdicts(folder: Path, recs: Records) -> np.ndarray | None:
+    """The judge's verdict per record, or None unless it judged every one of them."""
+    verdicts = {str(r["id"]): r.get("verdict") for r in read_jsonl(folder / "judge.jsonl")
+                if not r.get("error")}
+    if not recs.rows or any(str(r["id"]) not in verdicts for r in recs.rows):
+        return None
+    return np.array([str(verdicts[str(r["id"])]) for r in recs.rows])
+
+
 def judge_rows(folder: Path, recs: Records, y_u: np.ndarray, y_o: np.ndarray, n_boot: int,
                seed: int) -> list[DetectorScore]:
     """The judge's verdicts on the same pairs as detectors (unparsed count as 'safe')."""
@@ -262,6 +278,7 @@ def render(doc: Mapping[str, Any], rows: Sequence[DetectorScore]) -> str:
                 lines.append(f"| {r.name} | {r.n} | {r.positives} | {r.auroc.fmt()} | "
                              f"{r.precision.fmt()} | {r.recall.fmt()} | {r.threshold:.3f} |")
         lines.append("")
+    lines += render_types(doc.get("types") or [])
     lines += ["## Per-predicate AUROC against gold (raw P(True))", "",
               f"Below {WEAK_PREDICATE} is marked **weak**. n counts pairs for response-scope "
               "predicates and prompts for request-scope ones, where gold.yaml derives a value; "
@@ -282,4 +299,5 @@ def render(doc: Mapping[str, Any], rows: Sequence[DetectorScore]) -> str:
 
 
 __all__ = ["DetectorScore", "Interval", "calibrated_matrix", "fast_auroc", "judge_rows",
-           "predicate_aurocs", "quality_report", "render", "score_detector", "subset_records"]
+           "judge_verdicts", "predicate_aurocs", "quality_report", "render", "score_detector",
+           "subset_records"]
