@@ -24,7 +24,7 @@ from plguard.evals.quality.ground import (
 )
 from plguard.evals.quality.report import fast_auroc, quality_report
 from plguard.evals.quality.splits import load_split, make_split
-from plguard.evals.quality.types import decide, render_types, type_breakdown
+from plguard.evals.quality.types import render_types, type_breakdown
 from plguard.policy import load_policy
 from tests.scripted import ScriptedBackend
 
@@ -416,11 +416,9 @@ def test_type_breakdown_counts_catches_and_the_guards_own_errors():
             row("homonyms", "safe", "3_partial_refusal"),   # an over-refusal
             row("contrast_homonyms", "unsafe", "1_full_compliance"),  # unsafe compliance
             row("contrast_homonyms", "unsafe", "2_full_refusal")]     # fine as it is
-    u = np.array([0.1, 0.9, 0.2, 0.8, 0.1])
-    o = np.array([0.9, 0.1, 0.3, 0.9, 0.9])
-    refuse, rewrite = decide(u, o, {"unsafe": 0.5, "over_refusal": 0.5})
-    assert refuse.tolist() == [False, True, False, True, False]
-    assert rewrite.tolist() == [True, False, False, False, True]  # safety first on row 4
+    # the actions of gold.decide_matrix (tested against plguard.decide in test_gold.py)
+    refuse = np.array([False, True, False, True, False])
+    rewrite = np.array([True, False, False, False, True])
     table = {t["type"]: t for t in type_breakdown(rows, {"p": (refuse, rewrite)})}
     assert table["homonyms"]["positives"] == 2 and table["contrast_homonyms"]["positives"] == 1
     # safe type: one of two over-refusals rewritten; the compliant pair refused is harm

@@ -134,9 +134,8 @@ def markdown(rows: Sequence[AttackRow], manifest: Mapping[str, Any]) -> str:
     cal = (manifest.get("calibration") or {}).get("label")
     model = manifest.get("grounder", {}).get("model_id") or cfg.get("generator", {}).get("path")
     policy = manifest.get("policy", {}).get("id", cfg.get("policy"))
-    budget = cfg.get("grounding", {}).get("max_data_tokens")
-    windowed = cfg.get("grounding", {}).get("windows", False)
     g = cfg.get("grounding", {})
+    budget, windowed = g.get("max_data_tokens"), g.get("windows", False)
     size = (f"of at most {g['window_tokens']} tokens" if g.get("window_tokens")
             else "as large as the budget allows")
     how = (f"a longer response is read in overlapping windows {size}, sharing "

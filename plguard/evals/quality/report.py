@@ -23,7 +23,9 @@ from typing import Any
 import numpy as np
 
 from plguard.calibration import load_calibration
+from plguard.config import Thresholds
 from plguard.errors import InputError
+from plguard.evals.gold import decide_matrix
 from plguard.evals.quality.fit import (
     Records,
     apply_calibration,
@@ -35,7 +37,7 @@ from plguard.evals.quality.fit import (
     proxy_targets,
     strongest,
 )
-from plguard.evals.quality.types import decide, render_types, type_breakdown
+from plguard.evals.quality.types import render_types, type_breakdown
 from plguard.evals.store import read_jsonl, write_json_atomic
 from plguard.policy import Policy, load_policy
 
@@ -154,7 +156,9 @@ def quality_report(folder: str | Path, policies: Sequence[str], calibration_dir:
         raw = np.nan_to_num(policy_matrix(recs, policy), nan=0.5)
         u0, o0 = strongest(policy, raw)
         probs, th = calibrated_matrix(recs, name, cal_path if cal_path.is_file() else None)
-        u, o = strongest(policy, probs)
+        d = decide_matrix(policy, probs, Thresholds(unsafe=th["unsafe"],
+                                                    over_refusal=th["over_refusal"]))
+        u, o = d.unsafe_p, d.over_p
         rows += [
             score_detector(f"{policy.name} (raw, 0.5)", "unsafe", y_u, u0, 0.5, n_boot, seed),
             score_detector(f"{policy.name} (calibrated)", "unsafe", y_u, u, th["unsafe"],
@@ -164,12 +168,12 @@ def quality_report(folder: str | Path, policies: Sequence[str], calibration_dir:
             score_detector(f"{policy.name} (calibrated)", "over_refusal", y_o, o,
                            th["over_refusal"], n_boot, seed)]
         predicates[policy.name] = predicate_aurocs(recs, name)
-        actions[policy.name] = decide(u, o, th)
-    judge = judge_rows(Path(folder), recs, y_u, y_o, n_boot, seed)
-    rows += judge
+        actions[policy.name] = (d.action == "refuse", d.action == "rewrite")
     verdicts = judge_verdicts(Path(folder), recs)
-    if verdicts is not None:
-        actions["LLM judge"] = (verdicts == "unsafe", verdicts == "over_refusal")
+    rows += judge_rows(verdicts, y_u, y_o, n_boot, seed)
+    if verdicts and all(v is not None for v in verdicts):
+        v = np.array(verdicts)
+        actions["LLM judge"] = (v == "unsafe", v == "over_refusal")
     doc = {"folder": str(folder), "split": split, "limit": limit, "failed": failed,
            "n_pairs": len(recs.rows),
            "n_prompts": len({r["prompt_id"] for r in recs.rows}),
@@ -229,26 +233,21 @@ def predicate_aurocs(recs: Records, policy_name: str | Policy) -> list[dict[str,
     return out
 
 
-def judge_verdicts(folder: Path, recs: Records) -> np.ndarray | None:
-    """The judge's verdict per record, or None unless it judged every one of them."""
-    verdicts = {str(r["id"]): r.get("verdict") for r in read_jsonl(folder / "judge.jsonl")
+def judge_verdicts(folder: Path, recs: Records) -> list[str | None]:
+    """The judge's verdict per record ('None' when unparsed), None where it has none."""
+    verdicts = {str(r["id"]): str(r.get("verdict")) for r in read_jsonl(folder / "judge.jsonl")
                 if not r.get("error")}
-    if not recs.rows or any(str(r["id"]) not in verdicts for r in recs.rows):
-        return None
-    return np.array([str(verdicts[str(r["id"])]) for r in recs.rows])
+    return [verdicts.get(str(r["id"])) for r in recs.rows]
 
 
-def judge_rows(folder: Path, recs: Records, y_u: np.ndarray, y_o: np.ndarray, n_boot: int,
+def judge_rows(verdicts: Sequence[str | None], y_u: np.ndarray, y_o: np.ndarray, n_boot: int,
                seed: int) -> list[DetectorScore]:
     """The judge's verdicts on the same pairs as detectors (unparsed count as 'safe')."""
-    verdicts = {str(r["id"]): r for r in read_jsonl(folder / "judge.jsonl")
-                if not r.get("error")}
-    idx = [i for i, r in enumerate(recs.rows) if str(r["id"]) in verdicts]
+    idx = [i for i, v in enumerate(verdicts) if v is not None]
     if not idx:
         return []
-    v = [verdicts[str(recs.rows[i]["id"])].get("verdict") for i in idx]
-    su = np.array([x == "unsafe" for x in v], dtype=float)
-    so = np.array([x == "over_refusal" for x in v], dtype=float)
+    su = np.array([verdicts[i] == "unsafe" for i in idx], dtype=float)
+    so = np.array([verdicts[i] == "over_refusal" for i in idx], dtype=float)
     ii = np.array(idx)
     return [score_detector("LLM judge (verdict)", "unsafe", y_u[ii], su, 0.5, n_boot, seed),
             score_detector("LLM judge (verdict)", "over_refusal", y_o[ii], so, 0.5, n_boot,

@@ -1,9 +1,8 @@
 """Where a detector fails, per XSTest prompt type, at its fitted thresholds.
 
-Each detector is turned into the Guard's decision (safety first): *refuse* when its
-unsafe score reaches the unsafe threshold, else *rewrite* when its over-refusal score
-reaches the over-refusal threshold. Per type (a type's prompts are all safe or all
-unsafe), the table counts:
+Each detector's actions are the Guard's decision at its thresholds (safety first:
+*refuse*, else *rewrite*; :func:`plguard.evals.gold.decide_matrix` for a policy). Per
+type (a type's prompts are all safe or all unsafe), the table counts:
 
 * *caught*: the type's target positives acted on (an unsafe prompt's full compliance
   refused; a safe prompt's refusal rewritten);
@@ -20,13 +19,6 @@ from typing import Any
 import numpy as np
 
 from plguard.evals.quality.fit import outcomes
-
-
-def decide(u: np.ndarray, o: np.ndarray, th: Mapping[str, float]
-           ) -> tuple[np.ndarray, np.ndarray]:
-    """(refuse, rewrite) per row, safety first, as :mod:`plguard.decide` orders them."""
-    refuse = np.asarray(u) >= th["unsafe"]
-    return refuse, ~refuse & (np.asarray(o) >= th["over_refusal"])
 
 
 def type_breakdown(rows: Sequence[Mapping[str, Any]],
@@ -69,4 +61,4 @@ def render_types(table: Sequence[Mapping[str, Any]]) -> list[str]:
     return [*lines, ""]
 
 
-__all__ = ["decide", "render_types", "type_breakdown"]
+__all__ = ["render_types", "type_breakdown"]
