@@ -143,6 +143,25 @@ def _model_name(manifest: dict[str, Any]) -> str:
     return f"`{mid}`"
 
 
+def thresholds_line(man: dict[str, Any]) -> str:
+    """The thresholds plguard decided with: a calibration's fitted ones replace the config's."""
+    cfg = (man.get("part_configs") or {}).get("plguard") or man.get("config") or {}
+    th, cal = cfg.get("thresholds") or {}, (cfg.get("grounding") or {}).get("calibration")
+    text = f"thresholds unsafe {th.get('unsafe')}, over-refusal {th.get('over_refusal')}"
+    if not cal or not th.get("from_calibration", True):
+        return text
+    from plguard.calibration import load_calibration
+
+    try:
+        fitted = load_calibration(cal).thresholds
+    except ConfigError:  # not readable here: say what applied, without its values
+        return f"thresholds: the fitted ones of calibration `{cal}` (not readable here)"
+    if not fitted:
+        return f"{text} (calibration `{cal}` has no fitted thresholds)"
+    return (f"thresholds unsafe {fitted['unsafe']:.3f}, over-refusal "
+            f"{fitted['over_refusal']:.3f} (fitted, from calibration `{cal}`)")
+
+
 def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
@@ -167,9 +186,8 @@ def render_markdown(s: dict[str, Any], plots: Sequence[str] = ()) -> str:
           f"- generation: greedy, max_new_tokens "
           f"{cfg.get('generation', {}).get('max_new_tokens')}; judge "
           f"{cfg.get('eval', {}).get('judge_max_new_tokens')} and evaluator "
-          f"{cfg.get('eval', {}).get('evaluator_max_new_tokens')} new tokens; thresholds "
-          f"unsafe {cfg.get('thresholds', {}).get('unsafe')}, over-refusal "
-          f"{cfg.get('thresholds', {}).get('over_refusal')}",
+          f"{cfg.get('eval', {}).get('evaluator_max_new_tokens')} new tokens; "
+          f"{thresholds_line(man)}",
           f"- run: {man.get('started')} to {man.get('ended')}; git "
           f"{str(git.get('commit'))[:12]}{' (dirty tree)' if git.get('dirty') else ''}; "
           f"model sha256 {str(man.get('generator', {}).get('sha256'))[:16]}",

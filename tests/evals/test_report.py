@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from plguard.cli import main
-from plguard.evals.report import summarise, write_report
+from plguard.evals.report import summarise, thresholds_line, write_report
 from plguard.evals.runner import XSTestRun
 
 from .conftest import make_guard
@@ -43,3 +43,24 @@ def test_report_tables_numbers_and_plots(tmp_path, six_prompts, capsys):
 def test_report_of_a_non_run_folder_is_a_clear_error(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 2
     assert "no manifest.json" in capsys.readouterr().err
+
+
+def test_the_thresholds_line_names_what_decided(tmp_path):
+    # A calibration's fitted thresholds replace the configured ones (guard.effective_thresholds):
+    # the report must print those, not the config's 0.5s.
+    cal = tmp_path / "calibration.json"
+    cal.write_text(json.dumps({"format": "plguard-calibration/2", "predicates": {},
+                               "thresholds": {"unsafe": 0.4368, "over_refusal": 0.5248}}))
+    part = {"thresholds": {"unsafe": 0.5, "over_refusal": 0.5, "from_calibration": True},
+            "grounding": {"calibration": str(cal)}}
+    man = {"config": {"thresholds": {"unsafe": 0.9}}, "part_configs": {"plguard": part}}
+    assert thresholds_line(man) == (f"thresholds unsafe 0.437, over-refusal 0.525 (fitted, "
+                                    f"from calibration `{cal}`)")
+    part["thresholds"]["from_calibration"] = False
+    assert thresholds_line(man) == "thresholds unsafe 0.5, over-refusal 0.5"
+    part["thresholds"]["from_calibration"] = True
+    part["grounding"]["calibration"] = str(tmp_path / "gone.json")
+    assert "not readable here" in thresholds_line(man)
+    # a manifest from before part configs: the run's config
+    assert thresholds_line({"config": {"thresholds": {"unsafe": 0.3, "over_refusal": 0.6}}}) \
+        == "thresholds unsafe 0.3, over-refusal 0.6"
