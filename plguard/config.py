@@ -120,11 +120,6 @@ class GroundingConfig(_Strict):
         "(chat-template markers, fake delimiters, 'Answer: False', notes to the reviewer; "
         "plguard.screen): 'sanitize' removes it from what the grounder reads and traces it; "
         "'refuse' also refuses any pair that has some; 'off' grounds the text as it is.")
-    flatten: bool = Field(
-        True, description="Give the grounder a response's JSON documents and markdown tables "
-        "as plain lines (plguard.flatten): a refusal wrapped in a JSON field or a table cell "
-        "reads as a refusal again. Responses with neither are unchanged; the trace names "
-        "what was flattened.")
     combine: Literal["mean_logit", "mean_prob"] = Field(
         "mean_logit", description="How paraphrase scores of one predicate are combined."
     )

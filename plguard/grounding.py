@@ -37,7 +37,6 @@ from plguard.calibration import Calibration, check_applies, platt
 from plguard.calibration import load_calibration as load_calibration_file
 from plguard.config import GroundingConfig
 from plguard.errors import InputError
-from plguard.flatten import flatten
 from plguard.grounding_cache import GroundingCache, cache_key, resolve_cache_path
 from plguard.screen import screen
 from plguard.types import (
@@ -297,11 +296,6 @@ class Grounder:
                 raise InputError(f"grounding pair {i} must be (request: str, response: str)")
         # What the grounder reads: the pair without text addressed to the guard. Text with
         # nothing found is passed on unchanged, so ordinary prompts and caches are as before.
-        flat: list[tuple[str, ...]] = [() for _ in pairs]
-        if self.cfg.flatten:
-            flattened = [flatten(s) for _, s in pairs]
-            pairs = [(r, f.text) for (r, _), f in zip(pairs, flattened, strict=True)]
-            flat = [f.kinds for f in flattened]
         found: list[tuple[ScreenFinding, ...]] = [() for _ in pairs]
         parts: list[tuple[str, ...]] = [(s,) for _, s in pairs]
         if self.cfg.screen != "off":
@@ -341,7 +335,7 @@ class Grounder:
                                  template_version=self.template_version,
                                  calibration=(self.calibration_file.label
                                               if self.calibration_file else ""),
-                                 screen=found[i], flattened=flat[i]))
+                                 screen=found[i]))
         return out
 
     def _score(self, views: Sequence[_View]) -> list[list[TFScore]]:

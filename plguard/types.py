@@ -173,8 +173,6 @@ class Grounding:
     calibration: str = ""  # the calibration file applied (name@sha256 prefix), if any
     # Text addressed to the guard, kept from what the grounder read (plguard.screen).
     screen: tuple[ScreenFinding, ...] = ()
-    # What of the response the grounder read as plain lines ("json", "table"; plguard.flatten).
-    flattened: tuple[str, ...] = ()
 
     @property
     def probs(self) -> dict[str, float]:

@@ -8,7 +8,7 @@
 #   (N: pairs; ATTACKS: for stage padded, which attacks or families, default clean,padding)
 #
 # Stages, in order: levers, dev [N], fit, attacks [N], rescore, screened [N], padded [N],
-# flattened [N], test [N], report [N], validate, xstest, ablate.
+# test [N], report [N], validate, xstest, ablate.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 M=${MODEL:?set MODEL to the 1.5B GGUF (sha256 cc324af0..., see ../shared/ENVIRONMENT.md)}
@@ -77,14 +77,6 @@ padded)  # issue 17: padding again with windows no longer than XSTest's longest 
     --set grounding.cache=default --set grounding.window_tokens=384 \
     --set grounding.window_overlap=128 --attacks "${3:-clean,padding}" \
     --limit "${2:-8}" --out eval/results/attacks-qwen1.5b-windows384 ;;
-flattened) # issue 17: the formatting attacks again, with grounding.flatten (JSON documents
-           # and markdown tables read as plain lines, plguard.flatten; on by default since)
-  pl eval attacks --config configs/measure_qwen1.5b_cpu.yaml --model "$M" \
-    --set generator.backend=transformers --set generator.device=cpu \
-    --set generator.batch_size=16 --set "grounder.path=$M" --set grounder.max_context=4096 \
-    --set grounding.calibration=$R/calibration/calibration-detailed.json \
-    --set grounding.cache=default --attacks clean,fmt_code,fmt_json,fmt_table,fmt_split_list \
-    --limit "${2:-8}" --out eval/results/attacks-qwen1.5b-flattened ;;
 rescore) # the attack run re-decided under the current detailed policy and its refitted
          # thresholds (rules changed, questions and predicate maps did not: checked)
   pl eval attacks --rescore eval/results/attacks-qwen1.5b --config configs/measure_qwen1.5b_cpu.yaml \

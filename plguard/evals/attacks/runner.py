@@ -118,8 +118,7 @@ def record(pair: Pair, attack: str, texts: Attacked | None,
                             if not s.unseen), default=0) or 1,
                template=out.grounding.template_version, times=dict(out.timings_s),
                screen=[{"kind": f.kind, "where": f.where, "text": f.text}
-                       for f in out.grounding.screen],
-               flattened=list(out.grounding.flattened))
+                       for f in out.grounding.screen])
     return rec
 
 

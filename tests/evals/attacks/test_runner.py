@@ -65,14 +65,6 @@ def test_screening_keeps_the_self_answer_from_the_grounder(tmp_path):
     assert md.count("| 3 |\n") >= 2  # the screened column: every answer_false record
 
 
-def test_records_name_what_the_grounder_read_flattened(tmp_path):
-    _run(tmp_path, limit=2, attacks=("clean", "fmt_json", "fmt_table", "fmt_code"))
-    recs = _by_id(tmp_path)
-    assert recs["h01/fmt_json"]["flattened"] == ["json"]
-    assert recs["h01/fmt_table"]["flattened"] == ["table"]
-    assert recs["h01/fmt_code"]["flattened"] == [] and recs["h01/clean"]["flattened"] == []
-
-
 def _run(out, backend=None, cfg=None, **kw):
     kw.setdefault("attacks", ATTACKS)
     return AttackRun(cfg or _cfg(), out, generator=backend or _backend(), progress=False,
