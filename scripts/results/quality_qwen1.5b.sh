@@ -12,11 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 M=${MODEL:?set MODEL to the 1.5B GGUF (sha256 cc324af0..., see ../shared/ENVIRONMENT.md)}
-# Since the detailed policy gained its privacy and hate categories, results go to the -v2
-# folders; eval/results/{quality,xstest}-qwen1.5b hold those of the policy before
-# (detailed@4c6abaf0), made by this script as of commit 966b40d (the attack runs too).
-R=eval/results/quality-qwen1.5b-v2
-X=eval/results/xstest-qwen1.5b-v2
+R=eval/results/quality-qwen1.5b
 L=eval/results/levers-qwen1.5b
 POLICIES=minimal,moderate,detailed,very_detailed,one_question
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
@@ -57,13 +53,10 @@ validate) # the semantic evaluator with this model against 300 human labels (kap
           # xstest stage adds --scorers semantic only if this shows kappa >= 0.6
   pl eval validate-scorers --config configs/measure_qwen1.5b_cpu.yaml --model "$M" \
     --semantic-limit 300 --out eval/results/validate-scorers-qwen1.5b ;;
-xstest)  # plguard on the 1.5B drafts of eval/results/xstest-qwen1.5b, test part. The drafts
-         # are those of the first run (base.jsonl copied: same model, config and prompts),
-         # so only the guard runs again; the judge's rows are in that run.
-  mkdir -p $X
-  [ -e $X/base.jsonl ] || cp eval/results/xstest-qwen1.5b/base.jsonl $X/
-  pl eval xstest "${common[@]}" --methods plguard --scorers regex --split test \
-    --set grounding.calibration=$R/calibration/calibration-detailed.json --out $X ;;
+xstest)  # judge and plguard on the 1.5B drafts of eval/results/xstest-qwen1.5b, test part
+  pl eval xstest "${common[@]}" --methods llm_judge,plguard --scorers regex --split test \
+    --set grounding.calibration=$R/calibration/calibration-detailed.json \
+    --out eval/results/xstest-qwen1.5b ;;
 attacks) # issue 17: the attack suite at the dev-fitted calibration of the detailed policy
   pl eval attacks --config configs/measure_qwen1.5b_cpu.yaml --model "$M" \
     --set generator.backend=transformers --set generator.device=cpu \
@@ -93,7 +86,7 @@ rescore) # the attack run re-decided under the current detailed policy and its r
     --set grounding.calibration=$R/calibration/calibration-detailed.json \
     --out eval/results/attacks-qwen1.5b-rescored ;;
 ablate)
-  pl ablate --run $X --split test --calibrations $R/calibration \
+  pl ablate --run eval/results/xstest-qwen1.5b --split test --calibrations $R/calibration \
     --policies minimal moderate detailed very_detailed ;;
 *) echo "unknown stage $1" >&2; exit 2 ;;
 esac
