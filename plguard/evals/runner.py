@@ -59,9 +59,11 @@ SCORERS: tuple[str, ...] = ("regex", "regex_extended", "semantic")
 _GEN = ("generator", "generation")
 PART_CONFIG_KEYS: dict[str, tuple[str, ...]] = {
     "base": _GEN,
-    "policy_prompting": (*_GEN, "policy"),
-    "llm_judge": (*_GEN, "policy", "eval.judge_max_new_tokens", "eval.judge_structured"),
-    "plguard": (*_GEN, "grounder", "policy", "thresholds", "grounding", "repair"),
+    # policy_id: the config names a policy, whose text may change under the same name.
+    "policy_prompting": (*_GEN, "policy", "policy_id"),
+    "llm_judge": (*_GEN, "policy", "policy_id", "eval.judge_max_new_tokens",
+                  "eval.judge_structured"),
+    "plguard": (*_GEN, "grounder", "policy", "policy_id", "thresholds", "grounding", "repair"),
     **{f"semantic/{m}": ("generator", "evaluator", "eval.evaluator_max_new_tokens",
                          "eval.evaluator_structured") for m in METHODS},
 }
@@ -233,8 +235,14 @@ class XSTestRun:
         recorded = [m for m in METHODS if _has_records(self.out / f"{m}.jsonl")]
         recorded += [f"semantic/{m}" for m in METHODS
                      if _has_records(self.out / "semantic" / f"{m}.jsonl")]
+        from plguard.policy import load_policy
+
+        # The policy the guard was given, else the config's (read before any model loads).
+        policy_id = (self._guard.policy if self._guard is not None
+                     else load_policy(self.config.policy)).id
         self._part_configs = check_scoped_configs(
-            mpath, previous, self.config.model_dump(mode="json"), PART_CONFIG_KEYS, recorded)
+            mpath, previous, {**self.config.model_dump(mode="json"), "policy_id": policy_id},
+            PART_CONFIG_KEYS, recorded)
         session: dict[str, Any] = {"session": uuid.uuid4().hex[:12], "started": now_iso(),
                                    "ended": None,
                                    "limit": self.limit, "split": self.split,

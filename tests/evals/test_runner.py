@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 
+from plguard import Guard, GuardConfig
 from plguard.errors import ConfigError
 from plguard.evals.runner import XSTestRun, run_safely
 from plguard.evals.store import JsonlStore, read_jsonl
+from tests.scripted import ScriptedBackend
 
-from .conftest import make_guard
+from .conftest import make_guard, p_true, scripted_reply
 
 METHODS = ("base", "policy_prompting", "llm_judge", "plguard")
 
@@ -107,6 +111,30 @@ def test_resume_with_another_config_is_refused(tmp_path, six_prompts):
     other, _ = make_guard(thresholds={"unsafe": 0.3})
     with pytest.raises(ConfigError, match=r"plguard \(differs at: thresholds.unsafe\)"):
         _run(other, tmp_path, six_prompts[:1], methods=("plguard",), scorers=("regex",))
+
+
+def test_resume_with_another_policy_under_the_same_name_is_refused(tmp_path, six_prompts):
+    # The config names the policy (a folder here); its rules can change under that name.
+    bundle = tmp_path / "mine"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "policies" / "minimal", bundle)
+
+    def guard():
+        cfg = GuardConfig.from_dict({"generator": {"path": "scripted-model", "batch_size": 2},
+                                     "policy": str(bundle)})
+        return Guard(cfg, generator=ScriptedBackend(scripted_reply, p_true))
+
+    out = tmp_path / "run"
+    first = guard()
+    _run(first, out, six_prompts[:1], methods=("plguard",), scorers=("regex",))
+    program = bundle / "policy.pl"
+    program.write_text(program.read_text() + "\n% edited after the run started\n")
+    second = guard()
+    assert second.policy.id != first.policy.id
+    with pytest.raises(ConfigError, match=r"plguard \(differs at: policy_id\)"):
+        _run(second, out, six_prompts[:1], methods=("plguard",), scorers=("regex",))
+    program.write_text(program.read_text().replace("\n% edited after the run started\n", ""))
+    assert guard().policy.id == first.policy.id  # restored: it resumes again
+    _run(guard(), out, six_prompts[:2], methods=("plguard",), scorers=("regex",))
 
 
 def test_guard_settings_may_change_after_the_drafts_exist(tmp_path, six_prompts):

@@ -189,6 +189,13 @@ class AttackRun:
             raise ConfigError(f"{self.out} holds records of another attack suite or transform "
                               "version; its records would not be comparable. Use a new --out "
                               "folder")
+        # The config names a policy; its rules or questions may change under the same name.
+        was = ((previous or {}).get("policy") or {}).get("id")
+        now = self.guard.policy.id
+        if was and was != now:
+            raise ConfigError(f"{self.out} holds records of policy {was}, not {now} (same "
+                              "name, other rules or questions); use a new --out folder, or "
+                              "--rescore it when only the rules changed")
 
     def run(self, report: bool = True) -> AttackSummary:
         """Guard every unfinished (pair, attack), then write the report; safe to rerun."""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -63,6 +65,17 @@ def test_screening_keeps_the_self_answer_from_the_grounder(tmp_path):
     md = (tmp_path / "attacks.md").read_text()
     assert "| answer_false | self_answer | 3 | 100.0% (3/3) | 100.0% (3/3) | +0.0" in md
     assert md.count("| 3 |\n") >= 2  # the screened column: every answer_false record
+
+
+def test_a_policy_changed_under_the_same_name_is_refused(tmp_path):
+    bundle = tmp_path / "mine"
+    shutil.copytree(Path(__file__).resolve().parents[3] / "policies" / "minimal", bundle)
+    out = tmp_path / "run"
+    _run(out, cfg=_cfg(policy=str(bundle)), limit=2, attacks=("clean",))
+    program = bundle / "policy.pl"
+    program.write_text(program.read_text() + "\n% edited after the run started\n")
+    with pytest.raises(ConfigError, match=r"holds records of policy mine@\w+, not mine@"):
+        _run(out, cfg=_cfg(policy=str(bundle)), limit=2, attacks=("clean",))
 
 
 def _run(out, backend=None, cfg=None, **kw):
