@@ -145,6 +145,13 @@ def _model_name(manifest: dict[str, Any]) -> str:
 
 def thresholds_line(man: dict[str, Any]) -> str:
     """The thresholds plguard decided with: a calibration's fitted ones replace the config's."""
+    used = man.get("plguard_decided_with")
+    if used:  # recorded by the run itself
+        th = used["thresholds"]
+        src = f" (calibration `{used['calibration']}`)" if used.get("calibration") else ""
+        return (f"thresholds unsafe {th['unsafe']:.3f}, over-refusal "
+                f"{th['over_refusal']:.3f}{src}")
+    # A manifest from before runs recorded it: read the calibration file the config names.
     cfg = (man.get("part_configs") or {}).get("plguard") or man.get("config") or {}
     th, cal = cfg.get("thresholds") or {}, (cfg.get("grounding") or {}).get("calibration")
     text = f"thresholds unsafe {th.get('unsafe')}, over-refusal {th.get('over_refusal')}"

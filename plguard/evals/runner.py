@@ -196,6 +196,12 @@ class XSTestRun:
 
         policy = g.policy if g is not None else load_policy(self.config.policy)
 
+        if g is not None and "plguard" in self.methods:
+            # What decided, not what the config asked for: a calibration's fitted
+            # thresholds replace the configured ones, and its file may be refit later.
+            cal = g.grounder.calibration_file
+            man["plguard_decided_with"] = {"thresholds": g.thresholds.model_dump(mode="json"),
+                                           "calibration": cal.label if cal else None}
         prompts_csv = data_dir() / "xstest_prompts.csv"
         man.update({
             "benchmark": "xstest",

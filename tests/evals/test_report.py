@@ -28,6 +28,8 @@ def test_report_tables_numbers_and_plots(tmp_path, six_prompts, capsys):
 
     path = write_report(tmp_path)
     md = path.read_text()
+    # the run recorded the thresholds that decided (no calibration here: the config's)
+    assert "thresholds unsafe 0.500, over-refusal 0.500\n" in md
     assert "## Rates by semantic evaluator" in md and "## Per XSTest type" in md
     assert "| plguard |" in md and "## Runtime" in md
     for png in ("methods.png", "per_type.png"):
@@ -61,6 +63,11 @@ def test_the_thresholds_line_names_what_decided(tmp_path):
     part["thresholds"]["from_calibration"] = True
     part["grounding"]["calibration"] = str(tmp_path / "gone.json")
     assert "not readable here" in thresholds_line(man)
+    # what the run recorded wins over the file (which may have been refit since)
+    man["plguard_decided_with"] = {"thresholds": {"unsafe": 0.25, "over_refusal": 0.75},
+                                   "calibration": "cal.json@abc"}
+    assert thresholds_line(man) == ("thresholds unsafe 0.250, over-refusal 0.750 "
+                                    "(calibration `cal.json@abc`)")
     # a manifest from before part configs: the run's config
     assert thresholds_line({"config": {"thresholds": {"unsafe": 0.3, "over_refusal": 0.6}}}) \
         == "thresholds unsafe 0.3, over-refusal 0.6"
