@@ -38,7 +38,7 @@ class Calibration:
     model_id: str | None = None
     template_version: str | None = None
     policy_id: str | None = None
-    thresholds: Mapping[str, float] = field(default_factory=dict)
+    thresholds: Mapping[str, float | None] = field(default_factory=dict)  # None: off
     question_digests: Mapping[str, str] = field(default_factory=dict)
     legacy: bool = False
 
@@ -86,10 +86,12 @@ def load_calibration(path: str | Path) -> Calibration:
     fmt = data.get("format", LEGACY_FORMAT)
     model = data.get("model")
     model = model if isinstance(model, Mapping) else {"model_id": model}
-    thresholds: dict[str, float] = {}
+    thresholds: dict[str, float | None] = {}
     for k, v in (data.get("thresholds") or {}).items():
         if k in ("unsafe", "over_refusal") and isinstance(v, int | float) and 0 <= v <= 1:
             thresholds[k] = float(v)
+        elif k == "over_refusal" and v is None:  # fitted "off": never rewrite
+            thresholds[k] = None
     return Calibration(
         path=str(p), digest=hashlib.sha256(raw).hexdigest()[:12], predicates=params,
         model_sha256=model.get("sha256"), model_id=model.get("model_id"),

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from plguard.config import GuardConfig, ModelConfig
+from plguard.config import NULL, GuardConfig, ModelConfig
 from plguard.errors import PlguardError
 from plguard.types import GuardResult
 
@@ -52,7 +52,8 @@ def config_from_args(args: argparse.Namespace) -> GuardConfig:
         key, sep, value = item.partition("=")
         if not sep:
             raise PlguardError(f"--set {item!r}: expected KEY=VALUE")
-        overrides[key.strip()] = yaml.safe_load(value)
+        parsed = yaml.safe_load(value)
+        overrides[key.strip()] = NULL if parsed is None else parsed
     if getattr(args, "config", None):
         return GuardConfig.from_yaml(args.config, **overrides)
     return GuardConfig.from_dict({}, **overrides)

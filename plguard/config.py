@@ -82,13 +82,26 @@ class ModelConfig(_Strict):
                              "request answered 429 or 5xx or whose connection failed.")
 
 
+class _Null:
+    """An override that sets a config key to null (None itself means "not given")."""
+
+    def __repr__(self) -> str:
+        return "NULL"
+
+
+NULL = _Null()
+
+
 class Thresholds(_Strict):
     """Decision thresholds on the strongest rule probabilities (inclusive)."""
 
     unsafe: float = Field(0.5, ge=0, le=1, description="Refuse/rewrite when the strongest "
                           "unsafe-compliance rule is at or above this.")
-    over_refusal: float = Field(0.5, ge=0, le=1, description="Rewrite helpfully when the "
-                                "strongest over-refusal rule is at or above this.")
+    over_refusal: float | None = Field(
+        0.5, ge=0, le=1, description="Rewrite helpfully when the strongest over-refusal rule "
+        "is at or above this. null: never rewrite (the rule is still computed and traced); "
+        "a calibration fitted where no threshold's rewrites would fix more over-refusals "
+        "than they would unlock unsafe prompts sets this.")
     from_calibration: bool = Field(True, description="When grounding.calibration names a file "
                                    "with fitted thresholds, use those instead of the two above.")
 
@@ -237,12 +250,16 @@ class GuardConfig(_Strict):
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "config",
                   **overrides: Any) -> GuardConfig:
-        """Build from a plain mapping, with readable errors for unknown keys."""
+        """Build from a plain mapping, with readable errors for unknown keys.
+
+        An override of None means "not given" (keyword defaults of the Python API); to set
+        a key to null, pass :data:`NULL` (what ``--set key=null`` does).
+        """
         data = _deep_copy(data)
         for dotted, value in overrides.items():
             if value is None:
                 continue
-            _set_dotted(data, dotted.split("."), value)
+            _set_dotted(data, dotted.split("."), None if value is NULL else value)
         try:
             return cls.model_validate(data)
         except ValidationError as exc:

@@ -27,7 +27,9 @@ def decide(
     Rule-level maxima are used rather than aggregates, so a detailed policy with many
     weak disjunctive paths does not reach a high violation score by their sum alone
     (the paper's design). Unsafe compliance is checked first: it is the more serious
-    failure, so an answer that is both risky and over-refusing becomes a refusal.
+    failure, so an answer that is both risky and over-refusing becomes a refusal. An
+    over-refusal threshold of None never rewrites: a calibration sets it where rewrites
+    would unlock more unsafe prompts than they would fix over-refusals.
     """
     unsafe = strongest(result.probs, unsafe_rules)
     over = strongest(result.probs, over_refusal_rules)
@@ -37,16 +39,18 @@ def decide(
             f"unsafe rule {unsafe[0]} = {unsafe[1]:.3f} >= unsafe threshold "
             f"{thresholds.unsafe:.2f}: refuse or rewrite safely",
         )
-    if over[0] and over[1] >= thresholds.over_refusal:
+    t_over = thresholds.over_refusal
+    if over[0] and t_over is not None and over[1] >= t_over:
         return Decision(
             "rewrite", unsafe, over,
             f"over-refusal rule {over[0]} = {over[1]:.3f} >= over-refusal threshold "
-            f"{thresholds.over_refusal:.2f} (strongest unsafe {unsafe[0] or '-'} = "
+            f"{t_over:.2f} (strongest unsafe {unsafe[0] or '-'} = "
             f"{unsafe[1]:.3f} below {thresholds.unsafe:.2f}): rewrite helpfully",
         )
+    below = f"< {t_over:.2f}" if t_over is not None else "(over-refusal threshold off)"
     return Decision(
         "allow", unsafe, over,
         f"no rule at threshold: strongest unsafe {unsafe[0] or '-'} = {unsafe[1]:.3f} "
         f"< {thresholds.unsafe:.2f}, strongest over-refusal {over[0] or '-'} = "
-        f"{over[1]:.3f} < {thresholds.over_refusal:.2f}",
+        f"{over[1]:.3f} {below}",
     )

@@ -49,3 +49,31 @@ def test_tunable_thresholds_change_decision():
     r = _r(unsafe_compliance_a=0.35)
     assert decide(r, UNSAFE, OVER, Thresholds(unsafe=0.5)).action == "allow"
     assert decide(r, UNSAFE, OVER, Thresholds(unsafe=0.3)).action == "refuse"
+
+
+def test_an_over_refusal_threshold_that_is_off_never_rewrites():
+    th = Thresholds(over_refusal=None)
+    d = decide(_r(unsafe_compliance_a=0.1, over_refusal_x=1.0), UNSAFE, OVER, th)
+    assert d.action == "allow"
+    assert d.strongest_over_refusal == ("over_refusal_x", 1.0)  # still computed and traced
+    assert "over-refusal threshold off" in d.reason
+    # safety first is unchanged
+    assert decide(_r(unsafe_compliance_a=0.6), UNSAFE, OVER, th).action == "refuse"
+    # a config turns it off with null (an override of None means "not given")
+    from plguard.config import NULL, GuardConfig
+
+    assert GuardConfig.from_dict({"thresholds": {"over_refusal": None}}
+                                 ).thresholds.over_refusal is None
+    assert GuardConfig.from_dict({}, **{"thresholds.over_refusal": None}
+                                 ).thresholds.over_refusal == 0.5
+    assert GuardConfig.from_dict({}, **{"thresholds.over_refusal": NULL}
+                                 ).thresholds.over_refusal is None
+
+
+def test_set_null_on_the_command_line_sets_null():
+    import argparse
+
+    from plguard.cli import config_from_args
+
+    args = argparse.Namespace(set=["thresholds.over_refusal=null"], config=None)
+    assert config_from_args(args).thresholds.over_refusal is None

@@ -24,7 +24,7 @@ import numpy as np
 
 from plguard.config import GuardConfig
 from plguard.errors import InputError
-from plguard.evals.metrics import bootstrap_rate, phase_stats
+from plguard.evals.metrics import bootstrap_rate, fmt_threshold, phase_stats
 from plguard.evals.runner import model_identity, run_safely
 from plguard.evals.store import JsonlStore, now_iso, read_jsonl, write_json_atomic
 from plguard.evals.sweep import REFUSAL_CLASSES
@@ -227,8 +227,9 @@ def render_markdown(s: dict[str, Any], with_plot: bool = True) -> str:
         q = p["questions_scored_per_example"]
         pth = p.get("thresholds") or th
         cal = " (calibrated)" if p.get("calibration") else ""
-        lines.append(f"| {name} | {p['n_predicates']} | {pth['unsafe']:.3f} / "
-                     f"{pth['over_refusal']:.3f}{cal} | {_fmt(p['unsafe_compliance'])} | "
+        lines.append(f"| {name} | {p['n_predicates']} | {fmt_threshold(pth['unsafe'])} / "
+                     f"{fmt_threshold(pth['over_refusal'])}{cal} | "
+                     f"{_fmt(p['unsafe_compliance'])} | "
                      f"{_fmt(p['over_refusal'])} | {a['allow']}/{a['refuse']}/{a['rewrite']} | "
                      f"{t('ground')} | {t('reason')} | {t('decide')} | "
                      f"{'-' if q is None else f'{q:.1f}'} |")

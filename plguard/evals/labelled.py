@@ -15,6 +15,7 @@ verdict is a 0/1 score, so its AUROC is that of a single operating point.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -124,7 +125,7 @@ def guard_labelled(config: GuardConfig, out_dir: Path, *, limit: int | None = No
             [(targets(c)[0], r["strongest_unsafe"][1]) for c, r in g_ok], th.unsafe),
         "guard: strongest over-refusal rule": _det(
             [(targets(c)[1], r["strongest_over_refusal"][1]) for c, r in g_ok],
-            th.over_refusal),
+            math.inf if th.over_refusal is None else th.over_refusal),  # off: flags nothing
     }
     if all(r.get("p_unsafe_aggregate") is not None for _, r in g_ok):
         res["guard: P(unsafe_compliance) aggregate"] = _det(

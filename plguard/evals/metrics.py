@@ -169,6 +169,11 @@ def phase_stats(times: Sequence[Mapping[str, float]]) -> dict[str, tuple[float, 
     return {p: mean_std([t[p] for t in times if p in t]) for p in phases}
 
 
+def fmt_threshold(x: float | None) -> str:
+    """A decision threshold for a report: None is an over-refusal threshold that is off."""
+    return "off" if x is None else f"{x:.3f}"
+
+
 __all__ = [
     "Agreement",
     "Detection",
@@ -178,6 +183,7 @@ __all__ = [
     "bootstrap_rate",
     "cohen_kappa",
     "confusion_matrix",
+    "fmt_threshold",
     "detection",
     "grouped_rates",
     "mean_std",

@@ -17,7 +17,7 @@ from typing import Any
 
 from plguard.errors import ConfigError
 from plguard.evals.methods import METHODS
-from plguard.evals.metrics import Rate, bootstrap_rate, grouped_rates, phase_stats
+from plguard.evals.metrics import Rate, bootstrap_rate, fmt_threshold, grouped_rates, phase_stats
 from plguard.evals.scorers import COMPLY, REFUSALS, REGEX_SCORERS
 from plguard.evals.store import read_jsonl, write_json_atomic
 
@@ -149,8 +149,8 @@ def thresholds_line(man: dict[str, Any]) -> str:
     if used:  # recorded by the run itself
         th = used["thresholds"]
         src = f" (calibration `{used['calibration']}`)" if used.get("calibration") else ""
-        return (f"thresholds unsafe {th['unsafe']:.3f}, over-refusal "
-                f"{th['over_refusal']:.3f}{src}")
+        return (f"thresholds unsafe {fmt_threshold(th['unsafe'])}, over-refusal "
+                f"{fmt_threshold(th['over_refusal'])}{src}")
     # A manifest from before runs recorded it: read the calibration file the config names.
     cfg = (man.get("part_configs") or {}).get("plguard") or man.get("config") or {}
     th, cal = cfg.get("thresholds") or {}, (cfg.get("grounding") or {}).get("calibration")
@@ -165,8 +165,8 @@ def thresholds_line(man: dict[str, Any]) -> str:
         return f"thresholds: the fitted ones of calibration `{cal}` (not readable here)"
     if not fitted:
         return f"{text} (calibration `{cal}` has no fitted thresholds)"
-    return (f"thresholds unsafe {fitted['unsafe']:.3f}, over-refusal "
-            f"{fitted['over_refusal']:.3f} (fitted, from calibration `{cal}`)")
+    return (f"thresholds unsafe {fmt_threshold(fitted.get('unsafe'))}, over-refusal "
+            f"{fmt_threshold(fitted.get('over_refusal'))} (fitted, from calibration `{cal}`)")
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:

@@ -71,9 +71,9 @@ def _decision_rules(policy: Policy, prefix: str, keep: set[str],
     rename.update({p: "fail" for p in policy.predicate_names if p not in keep})
     lines = [f"{rename[r.head]} :- {render(r.body, rename)}." for r in policy.program.rules]
 
-    def fires(rules: tuple[str, ...], threshold: float) -> str:
+    def fires(rules: tuple[str, ...], threshold: float | None) -> str:
         # At 0/1 facts a rule's probability is 0 or 1, so ">= threshold" is the rule itself.
-        if not rules or threshold > 1:
+        if not rules or threshold is None or threshold > 1:
             return "fail"
         if threshold <= 0:
             return "true"

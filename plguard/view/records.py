@@ -339,6 +339,8 @@ def thresholds_from_reason(reason: str | None) -> dict[str, Any] | None:
                   reason)
     if m:
         out["over_refusal"] = float([g for g in m.groups() if g][-1])
+    elif "over-refusal threshold off" in reason:
+        out["over_refusal"] = None
     return out or None
 
 

@@ -15,7 +15,12 @@ from plguard.calibration import load_calibration
 from plguard.errors import ConfigError, InputError
 from plguard.evals.data import load_prompts
 from plguard.evals.metrics import auroc
-from plguard.evals.quality.fit import best_f1_threshold, fit_calibrations, load_records
+from plguard.evals.quality.fit import (
+    best_f1_threshold,
+    fit_calibrations,
+    load_records,
+    net_benefit_threshold,
+)
 from plguard.evals.quality.ground import (
     QUESTIONS_PER_CALL,
     ground_labelled,
@@ -204,7 +209,10 @@ def test_the_judge_model_loads_only_after_grounding(tmp_path, monkeypatch):
 
 def test_fit_on_dev_and_report_on_test(grounded, tmp_path):
     cal_dir = tmp_path / "cal"
-    paths = fit_calibrations(grounded, POLICIES, cal_dir, split="dev")
+    # The scripted grounder reads harm from a few words, so most refusals of unsafe prompts
+    # look like over-refusals to it: at the default cost no rewrite is worth it (tested
+    # below); a cost of 0 fits the threshold that fixes every dev over-refusal.
+    paths = fit_calibrations(grounded, POLICIES, cal_dir, split="dev", rewrite_cost=0.0)
     doc = json.loads(paths[0].read_text())
     assert doc["fitted_on"]["split"] == ["dev"] and doc["model"]["model_id"] == "scripted"
     cal = doc["predicates"]["response_refuses"]
@@ -296,6 +304,58 @@ def test_best_f1_threshold_and_fast_auroc():
     assert fast_auroc(yy, ss) == pytest.approx(auroc(yy, ss))
 
 
+def test_net_benefit_threshold_weighs_rewrites_of_unsafe_refusals():
+    # over-refusals (y) and refusals of unsafe prompts (harm) by over-refusal score
+    y = np.array([1, 1, 0, 0, 1, 0, 0], dtype=bool)
+    harm = np.array([0, 0, 1, 1, 0, 0, 1], dtype=bool)
+    s = np.array([0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3])
+    t, net = net_benefit_threshold(y, s, harm)
+    assert t == pytest.approx(0.8) and net == 2  # 2 fixed, 0 unlocked
+    t, net = net_benefit_threshold(y, s, harm, cost=0.2)
+    assert t == pytest.approx(0.5) and net == pytest.approx(3 - 2 * 0.2)
+    # a detector whose top scores are refusals of unsafe prompts never rewrites
+    t, net = net_benefit_threshold(y, 1 - s, harm)
+    assert t is None and net == 0
+    # ties go to the highest threshold; max F1 would rewrite here at all
+    assert best_f1_threshold(y, 1 - s)[0] <= 0.5
+
+
+def test_a_fit_with_no_worthwhile_rewrite_turns_rewrites_off(grounded, tmp_path, capsys):
+    from plguard.cli import main
+
+    assert main(["eval", "quality", "fit", "--run", str(grounded), "--policies", "minimal",
+                 "--out", str(tmp_path), "--rewrite-cost", "1000"]) == 0
+    assert "over-refusal **off**" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["eval", "quality", "fit", "--run", str(grounded), "--out", str(tmp_path),
+              "--rewrite-cost", "-1"])
+    assert "--rewrite-cost: must be a number >= 0" in capsys.readouterr().err
+    path = tmp_path / "calibration-minimal.json"
+    doc = json.loads(path.read_text())
+    assert doc["thresholds"]["over_refusal"] is None
+    assert doc["thresholds"]["rewrite_cost"] == 1000.0
+    assert "over-refusal **off**" in path.with_suffix(".md").read_text()
+    assert load_calibration(path).thresholds["over_refusal"] is None
+    backend = _backend()
+    guard = Guard(_guard_config(grounding={"calibration": str(path)}), generator=backend)
+    assert guard.thresholds.over_refusal is None
+    # a refused harmless request: rewritten at the configured 0.5 with the same calibration
+    # and thresholds 0 / 0, never with the fitted "off"
+    r = guard.check("What is the capital of France?", "Sorry, I can't help with that.")
+    assert r.decision.action == "allow" and "over-refusal threshold off" in r.decision.reason
+    low = Guard(_guard_config(grounding={"calibration": str(path)},
+                              thresholds={"unsafe": 1.0, "over_refusal": 0.0,
+                                          "from_calibration": False}), generator=backend)
+    assert low.check("What is the capital of France?",
+                     "Sorry, I can't help with that.").decision.action == "rewrite"
+    rep = quality_report(grounded, ["minimal"], tmp_path, tmp_path / "rep", split="test",
+                         n_boot=20)
+    over = {(d["name"], d["target"]): d for d in rep["detectors"]}[
+        ("minimal (calibrated)", "over_refusal")]
+    assert over["threshold"] is None and over["recall"]["value"] == 0
+    assert "| off |" in (tmp_path / "rep" / "quality-test.md").read_text()
+
+
 @pytest.mark.slow
 def test_calibrate_command_on_the_embedded_model(tmp_path, capsys):
     from plguard.cli import main
@@ -306,7 +366,8 @@ def test_calibrate_command_on_the_embedded_model(tmp_path, capsys):
     assert main(args) == 0
     out = capsys.readouterr().out
     path = tmp_path / "calibration-minimal.json"
-    assert "Thresholds (max F1" in out and path.is_file()
+    assert "Thresholds fitted on the fitting split: unsafe" in out and path.is_file()
+    assert "over-refusal" in out.split("Thresholds fitted", 1)[1].splitlines()[0]
     doc = json.loads(path.read_text())
     assert doc["model"]["sha256"] and doc["fitted_on"]["n_pairs"] == 20
     # the file applies to the model it was fitted for, and names itself in the trace

@@ -71,3 +71,11 @@ def test_the_thresholds_line_names_what_decided(tmp_path):
     # a manifest from before part configs: the run's config
     assert thresholds_line({"config": {"thresholds": {"unsafe": 0.3, "over_refusal": 0.6}}}) \
         == "thresholds unsafe 0.3, over-refusal 0.6"
+    # a fitted over-refusal threshold that is off (no rewrites) says so, from either source
+    man["plguard_decided_with"]["thresholds"]["over_refusal"] = None
+    assert thresholds_line(man).startswith("thresholds unsafe 0.250, over-refusal off ")
+    del man["plguard_decided_with"]
+    part["grounding"]["calibration"] = str(cal)
+    cal.write_text(json.dumps({"format": "plguard-calibration/2", "predicates": {},
+                               "thresholds": {"unsafe": 0.4368, "over_refusal": None}}))
+    assert thresholds_line(man).startswith("thresholds unsafe 0.437, over-refusal off (fitted")

@@ -179,6 +179,13 @@ def test_thresholds_read_back_from_each_kind_of_reason():
         assert got is not None and got["unsafe"] == 0.35, (d.action, d.reason)
         if d.action != "refuse":  # a refusal's reason names only the unsafe threshold
             assert got["over_refusal"] == 0.6, (d.action, d.reason)
+    # an over-refusal threshold that is off reads back as off, not as the default
+    probs = {"request_is_harmful": 0.0, "response_provides_harmful_instructions": 0.0,
+             "request_is_benign_sensitive_context": 0.9, "response_refuses": 0.9}
+    off = Thresholds(unsafe=0.35, over_refusal=None)
+    d = decide(policy.evaluate(probs), policy.unsafe_rules, policy.over_refusal_rules, off)
+    assert d.action == "allow"
+    assert thresholds_from_reason(d.reason) == {"unsafe": 0.35, "over_refusal": None}
 
 
 _JUNK = [None, "x", -1, 2.5, [], {}, float("nan"), True, {"p_true": "a"}, [1, "b"]]

@@ -87,6 +87,14 @@ def test_no_single_change_flips(minimal):
     assert w.as_dict()["smallest_flip"] is None
 
 
+def test_an_over_refusal_threshold_that_is_off_offers_no_rewrite(minimal):
+    # The scripted world above, with rewrites off: only the two refusing flips remain.
+    w = what_if(minimal, _mk(0.8, 0.5, 0.2, 0.9), Thresholds(unsafe=0.5, over_refusal=None))
+    assert w.decision.action == "allow"
+    assert {f.predicate: f.action for f in w.flips} == {
+        "response_provides_harmful_instructions": "refuse", "request_is_harmful": "refuse"}
+
+
 def test_flips_match_a_dense_brute_force(detailed):
     names = list(detailed.predicate_names)
     rng = random.Random(3)

@@ -40,7 +40,8 @@ def _cmd_ground(args: argparse.Namespace) -> int:
 def _cmd_fit(args: argparse.Namespace) -> int:
     from plguard.evals.quality.fit import fit_calibrations
 
-    for path in fit_calibrations(args.run, args.policies, args.out, split=args.split):
+    for path in fit_calibrations(args.run, args.policies, args.out, split=args.split,
+                                 rewrite_cost=args.rewrite_cost):
         print(path.with_suffix(".md").read_text(encoding="utf-8"))
         print(f"calibration file: {path}\n")
     return 0
@@ -72,7 +73,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def calibrate_model(config: Any, policies: list[str], out: Path, *, work: Path | None,
-                    limit: int | None, progress: bool) -> list[Path]:
+                    limit: int | None, progress: bool, rewrite_cost: float
+                    ) -> list[Path]:
     """Ground the XSTest dev split with the configured model, then fit each policy."""
     from plguard.evals.quality.fit import fit_calibrations
     from plguard.evals.quality.ground import ground_labelled
@@ -85,7 +87,7 @@ def calibrate_model(config: Any, policies: list[str], out: Path, *, work: Path |
         work = cache_dir() / "calibration-runs" / key
     ground_labelled(config, work, policies=policies, split="dev", limit=limit, judge=False,
                     progress=progress)
-    return fit_calibrations(work, policies, out, split="dev")
+    return fit_calibrations(work, policies, out, split="dev", rewrite_cost=rewrite_cost)
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
@@ -108,15 +110,31 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     if args.from_run:
         from plguard.evals.quality.fit import fit_calibrations
 
-        paths = fit_calibrations(args.from_run, policies, args.out, split="dev")
+        paths = fit_calibrations(args.from_run, policies, args.out, split="dev",
+                                 rewrite_cost=args.rewrite_cost)
     else:
         paths = calibrate_model(cfg, policies, Path(args.out),
                                 work=Path(args.work) if args.work else None,
-                                limit=args.limit, progress=not args.no_progress)
+                                limit=args.limit, progress=not args.no_progress,
+                                rewrite_cost=args.rewrite_cost)
     for path in paths:
         print(path.with_suffix(".md").read_text(encoding="utf-8"))
         print(f"calibration file: {path}  (use it with --set grounding.calibration={path})\n")
     return 0
+
+
+def _add_rewrite_cost(p: argparse.ArgumentParser) -> None:
+    from plguard.evals.quality.fit import REWRITE_COST
+
+    def cost(v: str) -> float:
+        x = float(v)
+        if not x >= 0:
+            raise argparse.ArgumentTypeError(f"must be a number >= 0, got {v!r}")
+        return x
+    p.add_argument("--rewrite-cost", type=cost, default=REWRITE_COST, metavar="C",
+                   help="What rewriting the refusal of an unsafe prompt costs, in fixed "
+                   "over-refusals, when fitting the over-refusal threshold (default "
+                   f"{REWRITE_COST:g}); where no threshold gains, rewrites are off.")
 
 
 def add_quality_commands(eval_sub: Any) -> None:
@@ -145,6 +163,7 @@ def add_quality_commands(eval_sub: Any) -> None:
     f.add_argument("--policies", type=_csv, default=list(QUALITY_POLICIES))
     f.add_argument("--split", choices=SPLITS, default="dev")
     f.add_argument("--out", required=True, metavar="DIR")
+    _add_rewrite_cost(f)
     f.set_defaults(func=_cmd_fit)
 
     r = sub.add_parser("report", help="Test-split comparison of policies, the one-question "
@@ -195,6 +214,7 @@ def add_calibrate_command(subparsers: Any) -> None:
     p.add_argument("--from-run", metavar="DIR", help="Fit from an existing `eval quality "
                    "ground` folder instead of grounding.")
     p.add_argument("--no-progress", action="store_true")
+    _add_rewrite_cost(p)
     legacy = p.add_argument_group("format 1 (a guard-labelled folder)")
     legacy.add_argument("--labelled", metavar="DIR", help=argparse.SUPPRESS)
     legacy.add_argument("--out-file", metavar="FILE", help=argparse.SUPPRESS)

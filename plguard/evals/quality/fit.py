@@ -41,6 +41,9 @@ from plguard.evals.store import now_iso, read_jsonl, read_manifest, write_json_a
 from plguard.policy import Policy, load_policy
 
 MIN_PER_CLASS = 5
+# What rewriting the refusal of an unsafe prompt costs, in fixed over-refusals: it is at
+# least as bad as leaving one over-refusal (safety first); 1 is the least that says so.
+REWRITE_COST = 1.0
 
 
 @dataclass(frozen=True)
@@ -188,6 +191,29 @@ def best_f1_threshold(y: np.ndarray, s: np.ndarray) -> tuple[float, float]:
     return best[1], best[0]
 
 
+def net_benefit_threshold(y: np.ndarray, s: np.ndarray, harm: np.ndarray, cost: float = 1.0
+                          ) -> tuple[float | None, float]:
+    """The over-refusal threshold with the largest net benefit of rewriting, or None.
+
+    Rewriting fixes an over-refusal (``y``) but turns the refusal of a harmful request
+    (``harm``) into an attempt to comply, which is the graver error. The net benefit of
+    ``s >= t`` is fixed over-refusals minus ``cost`` times such rewrites (rewriting a
+    safe answer only rephrases it). Max F1 ignores that asymmetry and always picks some
+    threshold, even where most rewrites would land on harmful requests; here, when no
+    threshold has a positive net benefit, the answer is None: never rewrite. Ties: the
+    highest threshold.
+    """
+    yy, ss = np.asarray(y, dtype=bool), np.asarray(s, dtype=float)
+    hh = np.asarray(harm, dtype=bool)
+    best: tuple[float, float | None] = (0.0, None)
+    for t in np.unique(ss):
+        fired = ss >= t
+        net = float((fired & yy).sum()) - cost * float((fired & hh).sum())
+        if net > best[0] or (net == best[0] and best[1] is not None and t > best[1]):
+            best = (net, float(t))
+    return best[1], best[0]
+
+
 def predicate_samples(recs: Records, raw: np.ndarray, gold: np.ndarray, j: int, scope: str
                       ) -> tuple[np.ndarray, np.ndarray]:
     """(raw P, gold 0/1) of column ``j`` where both are known; one per prompt for requests."""
@@ -224,8 +250,14 @@ def _entry(xs: np.ndarray, ys: np.ndarray, a: float, b: float, method: str, spec
                   "brier": finite_or_none(brier(cal, ys)) if ys.size else None}}
 
 
-def fit_policy(recs: Records, policy_name: str) -> dict[str, Any]:
-    """The calibration document of one policy, fitted on ``recs``."""
+def fit_policy(recs: Records, policy_name: str, rewrite_cost: float = REWRITE_COST
+               ) -> dict[str, Any]:
+    """The calibration document of one policy, fitted on ``recs``.
+
+    The unsafe threshold maximises F1; the over-refusal one maximises the net benefit of
+    rewriting (:func:`net_benefit_threshold`, ``rewrite_cost`` per refusal of a harmful
+    request rewritten) and is None (no rewrites) where none has a positive one.
+    """
     policy = load_policy(policy_name)
     if not recs.rows:
         raise InputError("no error-free records to fit on")
@@ -283,7 +315,9 @@ def fit_policy(recs: Records, policy_name: str) -> dict[str, Any]:
     u, o = strongest(policy, calibrated)
     y_u, y_o = outcomes(recs.rows)
     t_u, f1_u = best_f1_threshold(y_u, u)
-    t_o, f1_o = best_f1_threshold(y_o, o)
+    harm = np.array([r["label"] == "unsafe" for r in recs.rows], dtype=bool)
+    t_o, net_o = net_benefit_threshold(y_o, o, harm, rewrite_cost)
+    fired = o >= t_o if t_o is not None else np.zeros(o.shape, dtype=bool)
     m = recs.manifest
     return {
         "format": FORMAT, "created": now_iso(), "policy": policy.id,
@@ -299,10 +333,19 @@ def fit_policy(recs: Records, policy_name: str) -> dict[str, Any]:
                                  "that gold.yaml leaves unknown); XSTest outcomes for "
                                  "thresholds"},
         "predicates": preds, "uncalibrated": skipped,
-        "thresholds": {"unsafe": t_u, "over_refusal": t_o, "criterion": "max F1",
-                       "f1_unsafe": finite_or_none(f1_u), "f1_over_refusal": finite_or_none(f1_o),
+        "thresholds": {"unsafe": t_u, "over_refusal": t_o,
+                       "criterion": {"unsafe": "max F1",
+                                     "over_refusal": "max net benefit of rewriting: "
+                                     "over-refusals fixed - rewrite_cost x refusals of "
+                                     "unsafe prompts rewritten; null when none is positive"},
+                       "rewrite_cost": rewrite_cost,
+                       "f1_unsafe": finite_or_none(f1_u),
+                       "net_benefit_over_refusal": net_o,
+                       "over_refusal_fixed": int((fired & y_o).sum()),
+                       "unsafe_refusals_rewritten": int((fired & harm).sum()),
                        "n_unsafe_positive": int(y_u.sum()),
-                       "n_over_refusal_positive": int(y_o.sum())}}
+                       "n_over_refusal_positive": int(y_o.sum()),
+                       "n_unsafe_prompt_rows": int(harm.sum())}}
 
 
 def finite_or_none(x: float | None) -> float | None:
@@ -311,14 +354,14 @@ def finite_or_none(x: float | None) -> float | None:
 
 
 def fit_calibrations(folder: str | Path, policies: Sequence[str], out_dir: str | Path, *,
-                     split: str = "dev") -> list[Path]:
+                     split: str = "dev", rewrite_cost: float = REWRITE_COST) -> list[Path]:
     """Fit and write ``calibration-<policy>.json`` (+ .md) for each policy."""
     recs = load_records(folder, split)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for name in policies:
-        doc = fit_policy(recs, name)
+        doc = fit_policy(recs, name, rewrite_cost)
         doc["fitted_on"]["folder"] = str(folder)
         path = out / f"calibration-{load_policy(name).name}.json"
         write_json_atomic(path, doc)
@@ -335,9 +378,8 @@ def format_fit(doc: Mapping[str, Any]) -> str:
              f"{str(doc['model'].get('sha256'))[:16]}...), grounding template "
              f"`{doc['template_version']}`. Fitted on {f['n_pairs']} labelled pairs of "
              f"{f['n_prompts']} prompts (split {', '.join(f['split'])}).", "",
-             f"Thresholds (max F1 on the fitting split): unsafe {th['unsafe']:.3f} "
-             f"(F1 {_f(th['f1_unsafe'])}), over-refusal {th['over_refusal']:.3f} "
-             f"(F1 {_f(th['f1_over_refusal'])}).", "",
+             f"Thresholds fitted on the fitting split: unsafe {th['unsafe']:.3f} (max F1, "
+             f"{_f(th['f1_unsafe'])}); {_over_line(th)}", "",
              "| predicate | n | positives | AUROC | mean raw P pos / neg | a | b | ECE before "
              "| ECE after |", "|---|---|---|---|---|---|---|---|---|"]
     for name, v in doc["predicates"].items():
@@ -353,11 +395,27 @@ def format_fit(doc: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _over_line(th: Mapping[str, Any]) -> str:
+    if "net_benefit_over_refusal" not in th:  # a file fitted before the net-benefit criterion
+        return f"over-refusal {th['over_refusal']:.3f} (max F1, {_f(th.get('f1_over_refusal'))})."
+    cost = f"{th['rewrite_cost']:g}"
+    if th["over_refusal"] is None:
+        return (f"over-refusal **off**: at no threshold do rewrites fix more over-refusals "
+                f"than {cost} x the refusals of unsafe prompts they would rewrite (of "
+                f"{th['n_over_refusal_positive']} over-refusals and "
+                f"{th['n_unsafe_prompt_rows']} pairs of unsafe prompts).")
+    return (f"over-refusal {th['over_refusal']:.3f} (max net benefit of rewriting: "
+            f"{th['over_refusal_fixed']} of {th['n_over_refusal_positive']} over-refusals "
+            f"fixed, {th['unsafe_refusals_rewritten']} refusals of unsafe prompts rewritten, "
+            f"cost {cost} each).")
+
+
 def _f(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3f}"
 
 
-__all__ = ["MIN_PER_CLASS", "Records", "apply_calibration", "best_f1_threshold",
-           "finite_or_none", "fit_calibrations", "fit_policy", "format_fit", "gold_matrix",
-           "load_records", "outcomes", "policy_matrix", "positive_support",
-           "predicate_samples", "proxy_targets", "strongest"]
+__all__ = ["MIN_PER_CLASS", "REWRITE_COST", "Records", "apply_calibration",
+           "best_f1_threshold", "finite_or_none", "fit_calibrations", "fit_policy",
+           "format_fit", "gold_matrix", "load_records", "net_benefit_threshold", "outcomes",
+           "policy_matrix", "positive_support", "predicate_samples", "proxy_targets",
+           "strongest"]

@@ -26,6 +26,7 @@ from plguard.calibration import load_calibration
 from plguard.config import Thresholds
 from plguard.errors import InputError
 from plguard.evals.gold import decide_matrix
+from plguard.evals.metrics import fmt_threshold
 from plguard.evals.quality.fit import (
     Records,
     apply_calibration,
@@ -70,7 +71,7 @@ class DetectorScore:
     auroc: Interval
     precision: Interval
     recall: Interval
-    threshold: float
+    threshold: float | None  # None: off (the detector flags nothing)
 
 
 def fast_auroc(y: np.ndarray, s: np.ndarray) -> float:
@@ -94,11 +95,15 @@ def _pr(y: np.ndarray, pred: np.ndarray) -> tuple[float, float]:
     return precision, recall
 
 
-def score_detector(name: str, target: str, y: np.ndarray, s: np.ndarray, threshold: float,
-                   n_boot: int = 1000, seed: int = 0) -> DetectorScore:
-    """AUROC and precision/recall at ``threshold``, with pair-bootstrap intervals."""
+def score_detector(name: str, target: str, y: np.ndarray, s: np.ndarray,
+                   threshold: float | None, n_boot: int = 1000, seed: int = 0
+                   ) -> DetectorScore:
+    """AUROC and precision/recall at ``threshold``, with pair-bootstrap intervals.
+
+    A ``threshold`` of None is off: the detector flags nothing.
+    """
     y, s = np.asarray(y, dtype=bool), np.asarray(s, dtype=float)
-    pred = s >= threshold
+    pred = s >= threshold if threshold is not None else np.zeros(s.shape, dtype=bool)
     point = (fast_auroc(y, s), *_pr(y, pred))
     rng = np.random.default_rng(seed)
     boots = np.full((n_boot, 3), np.nan)
@@ -119,17 +124,19 @@ def score_detector(name: str, target: str, y: np.ndarray, s: np.ndarray, thresho
 
 
 def calibrated_matrix(recs: Records, policy_name: str, cal_path: Path | None
-                      ) -> tuple[np.ndarray, dict[str, float]]:
-    """The policy's predicate matrix after its calibration, and the fitted thresholds."""
+                      ) -> tuple[np.ndarray, Thresholds]:
+    """The policy's predicate matrix after its calibration, and its decision thresholds.
+
+    The thresholds are the calibration's fitted ones, or the defaults without one.
+    """
     policy = load_policy(policy_name)
     raw = np.nan_to_num(policy_matrix(recs, policy), nan=0.5)
     if cal_path is None:
-        return raw, {"unsafe": 0.5, "over_refusal": 0.5}
+        return raw, Thresholds()
     cal = load_calibration(cal_path)
     params = {j: cal.predicates[n] for j, n in enumerate(policy.predicate_names)
               if n in cal.predicates}
-    th = {"unsafe": 0.5, "over_refusal": 0.5, **dict(cal.thresholds)}
-    return apply_calibration(raw, params), th
+    return apply_calibration(raw, params), Thresholds().model_copy(update=dict(cal.thresholds))
 
 
 def quality_report(folder: str | Path, policies: Sequence[str], calibration_dir: str | Path,
@@ -156,17 +163,16 @@ def quality_report(folder: str | Path, policies: Sequence[str], calibration_dir:
         raw = np.nan_to_num(policy_matrix(recs, policy), nan=0.5)
         u0, o0 = strongest(policy, raw)
         probs, th = calibrated_matrix(recs, name, cal_path if cal_path.is_file() else None)
-        d = decide_matrix(policy, probs, Thresholds(unsafe=th["unsafe"],
-                                                    over_refusal=th["over_refusal"]))
+        d = decide_matrix(policy, probs, th)
         u, o = d.unsafe_p, d.over_p
         rows += [
             score_detector(f"{policy.name} (raw, 0.5)", "unsafe", y_u, u0, 0.5, n_boot, seed),
-            score_detector(f"{policy.name} (calibrated)", "unsafe", y_u, u, th["unsafe"],
+            score_detector(f"{policy.name} (calibrated)", "unsafe", y_u, u, th.unsafe,
                            n_boot, seed),
             score_detector(f"{policy.name} (raw, 0.5)", "over_refusal", y_o, o0, 0.5, n_boot,
                            seed),
             score_detector(f"{policy.name} (calibrated)", "over_refusal", y_o, o,
-                           th["over_refusal"], n_boot, seed)]
+                           th.over_refusal, n_boot, seed)]
         predicates[policy.name] = predicate_aurocs(recs, name)
         actions[policy.name] = (d.action == "refuse", d.action == "rewrite")
     verdicts = judge_verdicts(Path(folder), recs)
@@ -275,7 +281,8 @@ def render(doc: Mapping[str, Any], rows: Sequence[DetectorScore]) -> str:
         for r in rows:
             if r.target == target:
                 lines.append(f"| {r.name} | {r.n} | {r.positives} | {r.auroc.fmt()} | "
-                             f"{r.precision.fmt()} | {r.recall.fmt()} | {r.threshold:.3f} |")
+                             f"{r.precision.fmt()} | {r.recall.fmt()} | "
+                             f"{fmt_threshold(r.threshold)} |")
         lines.append("")
     lines += render_types(doc.get("types") or [])
     lines += ["## Per-predicate AUROC against gold (raw P(True))", "",

@@ -74,6 +74,8 @@
   function fmt(p, digits) {
     return (typeof p === 'number' && isFinite(p)) ? p.toFixed(digits === undefined ? 3 : digits) : '—';
   }
+  // A null over-refusal threshold is off (a calibration found no threshold worth rewriting at).
+  function overTh(th) { return th.over_refusal === null ? 'over-refusal off' : 'over-refusal ≥ ' + fmt(th.over_refusal, 2); }
   function show(v) { return v === null || v === undefined || v === '' ? '—' : String(v); }
   function badge(v, cls) {
     return h('span', { class: 'badge ' + (cls || ('b-' + v)) }, show(v));
@@ -408,7 +410,7 @@
     request();
     return h('section', { class: 'card whatif', 'data-testid': 'whatif' }, h('h3', { text: 'What if' }),
       h('p', { class: 'muted', text: 'Move a predicate probability: the server re-evaluates the compiled policy (the same circuit and decision function as the guard) with thresholds unsafe ≥ ' +
-        fmt(th.unsafe, 2) + ', over-refusal ≥ ' + fmt(th.over_refusal, 2) + ' (from ' + th.source + ').' }),
+        fmt(th.unsafe, 2) + ', ' + overTh(th) + ' (from ' + th.source + ').' }),
       h('div', { class: 'decision' }, 'Decision: ', action, ' ', status), reason, flip,
       h('details', null, h('summary', { text: 'nearest flip for every predicate' }),
         h('table', null, h('thead', null, h('tr', null, h('th', { text: 'predicate' }), h('th', { text: 'change' }), h('th', { text: 'delta' }), h('th', { text: 'decision' }))), flips)),
@@ -446,7 +448,7 @@
         const replay = rec.replay;
         right.appendChild(card('Decision',
           h('div', { class: 'decision' }, 'Action ', rec.action ? badge(rec.action) : '—',
-            h('span', { class: 'muted', text: ' thresholds: unsafe ≥ ' + fmt(th.unsafe, 2) + ', over-refusal ≥ ' + fmt(th.over_refusal, 2) + ' (' + th.source + ')' })),
+            h('span', { class: 'muted', text: ' thresholds: unsafe ≥ ' + fmt(th.unsafe, 2) + ', ' + overTh(th) + ' (' + th.source + ')' })),
           rec.reason ? h('p', { 'data-testid': 'reason', text: rec.reason }) : null,
           su && su[0] ? explanation(policy, su[0], 'unsafe', su[1], th.unsafe, 'explain-unsafe') : null,
           so && so[0] ? explanation(policy, so[0], 'over_refusal', so[1], th.over_refusal, 'explain-over') : null,
