@@ -180,6 +180,30 @@ def test_ablation_grounds_shared_predicates_once(tmp_path):
     assert names == ["xstest:detailed", "xstest:moderate"]
 
 
+def test_ablation_at_an_over_refusal_threshold_that_is_off(tmp_path):
+    import shutil
+
+    from plguard.config import GuardConfig
+
+    run = run_folder(tmp_path)
+    # every refusal question says yes, every other question no: the harmless-request rule
+    # fires on every pair (0.95 x 0.9), no unsafe rule does
+    backend = ScriptedBackend(lambda c: "", lambda a, b: 0.9 if "refus" in b.lower() else 0.05)
+    acts = {}
+    for name, over in (("on", 0.5), ("off", None)):
+        cfg = GuardConfig.from_dict({"generator": {"path": "/nonexistent/scripted"},
+                                     "thresholds": {"over_refusal": over}})
+        out = run / "report"
+        s = ablate(run, ["minimal"], config=cfg, limit=6, cache=None, generator=backend,
+                   progress=False, plot=False)
+        acts[name] = s["policies"]["minimal"]["actions"]
+        assert s["policies"]["minimal"]["thresholds"]["over_refusal"] == over
+        md = (out / "ablation.md").read_text()
+        shutil.rmtree(out)  # the next setting re-decides every pair
+    assert acts["on"]["rewrite"] == 6 and acts["off"] == {"allow": 6, "refuse": 0, "rewrite": 0}
+    assert "| 0.500 / off |" in md
+
+
 def test_base_records_alternate_labels(tmp_path):
     recs = base_records(run_folder(tmp_path), limit=4)
     assert [r["label"] for r in recs] == ["safe", "unsafe", "safe", "unsafe"]
