@@ -63,7 +63,9 @@ PART_CONFIG_KEYS: dict[str, tuple[str, ...]] = {
     "policy_prompting": (*_GEN, "policy", "policy_id"),
     "llm_judge": (*_GEN, "policy", "policy_id", "eval.judge_max_new_tokens",
                   "eval.judge_structured"),
-    "plguard": (*_GEN, "grounder", "policy", "policy_id", "thresholds", "grounding", "repair"),
+    # calibration_id: likewise the calibration file (name@digest), refit under the same path.
+    "plguard": (*_GEN, "grounder", "policy", "policy_id", "calibration_id", "thresholds",
+                "grounding", "repair"),
     **{f"semantic/{m}": ("generator", "evaluator", "eval.evaluator_max_new_tokens",
                          "eval.evaluator_structured") for m in METHODS},
 }
@@ -247,7 +249,8 @@ class XSTestRun:
         policy_id = (self._guard.policy if self._guard is not None
                      else load_policy(self.config.policy)).id
         self._part_configs = check_scoped_configs(
-            mpath, previous, {**self.config.model_dump(mode="json"), "policy_id": policy_id},
+            mpath, previous, {**self.config.model_dump(mode="json"), "policy_id": policy_id,
+                              "calibration_id": self._calibration_id()},
             PART_CONFIG_KEYS, recorded)
         session: dict[str, Any] = {"session": uuid.uuid4().hex[:12], "started": now_iso(),
                                    "ended": None,
@@ -266,6 +269,18 @@ class XSTestRun:
                        errors=self.summary.errors, scored=self.summary.scored)
         write_json_atomic(mpath, self._manifest(json_or_none(mpath), session))
         return self.summary
+
+    def _calibration_id(self) -> str | None:
+        """The label (name@digest) of the calibration file plguard decides with, if any."""
+        if self._guard is not None:
+            cal = self._guard.grounder.calibration_file
+            return cal.label if cal else None
+        path = self.config.grounding.calibration
+        if not path:
+            return None
+        from plguard.calibration import load_calibration
+
+        return load_calibration(path).label
 
     def _bar(self, total: int, desc: str) -> Any:
         from tqdm import tqdm

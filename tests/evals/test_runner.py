@@ -137,6 +137,28 @@ def test_resume_with_another_policy_under_the_same_name_is_refused(tmp_path, six
     _run(guard(), out, six_prompts[:2], methods=("plguard",), scorers=("regex",))
 
 
+def test_resume_with_a_calibration_refit_under_the_same_path_is_refused(tmp_path, six_prompts):
+    # The config names the calibration file; a refit rewrites it in place.
+    cal = tmp_path / "calibration.json"
+
+    def write(over):
+        cal.write_text(json.dumps({"model": "scripted", "predicates": {},
+                                   "thresholds": {"unsafe": 0.5, "over_refusal": over}}))
+
+    write(0.5)
+    out = tmp_path / "run"
+    guard, _ = make_guard(grounding={"calibration": str(cal)})
+    _run(guard, out, six_prompts[:1], methods=("plguard",), scorers=("regex",))
+    write(None)
+    refit, _ = make_guard(grounding={"calibration": str(cal)})
+    assert refit.thresholds.over_refusal is None
+    with pytest.raises(ConfigError, match=r"plguard \(differs at: calibration_id\)"):
+        _run(refit, out, six_prompts[:1], methods=("plguard",), scorers=("regex",))
+    write(0.5)  # the same content again: it resumes
+    _run(make_guard(grounding={"calibration": str(cal)})[0], out, six_prompts[:2],
+         methods=("plguard",), scorers=("regex",))
+
+
 def test_guard_settings_may_change_after_the_drafts_exist(tmp_path, six_prompts):
     # base records depend on the generator only: plguard may be run later with thresholds
     # chosen on dev, reusing the drafts; base itself must not change.

@@ -195,13 +195,14 @@ def net_benefit_threshold(y: np.ndarray, s: np.ndarray, harm: np.ndarray, cost: 
                           ) -> tuple[float | None, float]:
     """The over-refusal threshold with the largest net benefit of rewriting, or None.
 
-    Rewriting fixes an over-refusal (``y``) but turns the refusal of a harmful request
-    (``harm``) into an attempt to comply, which is the graver error. The net benefit of
-    ``s >= t`` is fixed over-refusals minus ``cost`` times such rewrites (rewriting a
-    safe answer only rephrases it). Max F1 ignores that asymmetry and always picks some
-    threshold, even where most rewrites would land on harmful requests; here, when no
-    threshold has a positive net benefit, the answer is None: never rewrite. Ties: the
-    highest threshold.
+    Rewriting fixes an over-refusal (``y``) but, on a pair whose request is harmful
+    (``harm``; in practice a correct refusal, since the over-refusal rules need a declining
+    response), it is an attempt to comply, which is the graver error. The net benefit of
+    ``s >= t`` is fixed over-refusals minus ``cost`` times rewrites of harmful requests'
+    pairs (rewriting a safe request's answer only rephrases it). Max F1 ignores that
+    asymmetry and always picks some threshold, even where most rewrites would land on
+    harmful requests; here, when no threshold has a positive net benefit, the answer is
+    None: never rewrite. Ties: the highest threshold.
     """
     yy, ss = np.asarray(y, dtype=bool), np.asarray(s, dtype=float)
     hh = np.asarray(harm, dtype=bool)
@@ -255,8 +256,8 @@ def fit_policy(recs: Records, policy_name: str, rewrite_cost: float = REWRITE_CO
     """The calibration document of one policy, fitted on ``recs``.
 
     The unsafe threshold maximises F1; the over-refusal one maximises the net benefit of
-    rewriting (:func:`net_benefit_threshold`, ``rewrite_cost`` per refusal of a harmful
-    request rewritten) and is None (no rewrites) where none has a positive one.
+    rewriting (:func:`net_benefit_threshold`, ``rewrite_cost`` per pair of an unsafe
+    prompt rewritten) and is None (no rewrites) where none has a positive one.
     """
     policy = load_policy(policy_name)
     if not recs.rows:
@@ -336,13 +337,13 @@ def fit_policy(recs: Records, policy_name: str, rewrite_cost: float = REWRITE_CO
         "thresholds": {"unsafe": t_u, "over_refusal": t_o,
                        "criterion": {"unsafe": "max F1",
                                      "over_refusal": "max net benefit of rewriting: "
-                                     "over-refusals fixed - rewrite_cost x refusals of "
+                                     "over-refusals fixed - rewrite_cost x pairs of "
                                      "unsafe prompts rewritten; null when none is positive"},
                        "rewrite_cost": rewrite_cost,
                        "f1_unsafe": finite_or_none(f1_u),
                        "net_benefit_over_refusal": net_o,
                        "over_refusal_fixed": int((fired & y_o).sum()),
-                       "unsafe_refusals_rewritten": int((fired & harm).sum()),
+                       "unsafe_prompt_pairs_rewritten": int((fired & harm).sum()),
                        "n_unsafe_positive": int(y_u.sum()),
                        "n_over_refusal_positive": int(y_o.sum()),
                        "n_unsafe_prompt_rows": int(harm.sum())}}
@@ -401,12 +402,12 @@ def _over_line(th: Mapping[str, Any]) -> str:
     cost = f"{th['rewrite_cost']:g}"
     if th["over_refusal"] is None:
         return (f"over-refusal **off**: at no threshold do rewrites fix more over-refusals "
-                f"than {cost} x the refusals of unsafe prompts they would rewrite (of "
+                f"than {cost} x the pairs of unsafe prompts they would rewrite (of "
                 f"{th['n_over_refusal_positive']} over-refusals and "
                 f"{th['n_unsafe_prompt_rows']} pairs of unsafe prompts).")
     return (f"over-refusal {th['over_refusal']:.3f} (max net benefit of rewriting: "
             f"{th['over_refusal_fixed']} of {th['n_over_refusal_positive']} over-refusals "
-            f"fixed, {th['unsafe_refusals_rewritten']} refusals of unsafe prompts rewritten, "
+            f"fixed, {th['unsafe_prompt_pairs_rewritten']} pairs of unsafe prompts rewritten, "
             f"cost {cost} each).")
 
 
