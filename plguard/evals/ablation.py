@@ -175,7 +175,13 @@ def _summarise(name: str, recs: Sequence[dict[str, Any]], guard: Any, cfg: Guard
     phases = phase_stats([r["times"] for r in ok])
     scored = [r["questions_scored"] for r in ok if r.get("questions_scored") is not None]
     cal = guard.grounder.calibration_file
+    # The cost that grows with granularity, whatever the cache held: the questions asked per
+    # pair (request ones once per prompt; each with its paraphrases when those are asked).
+    asks = {scope: sum(1 + (len(s.paraphrases) if cfg.grounding.paraphrases else 0)
+                       for s in guard.policy.predicates if s.scope == scope)
+            for scope in ("request", "response")}
     return {"policy": guard.policy.id, "n_predicates": len(guard.policy.predicates),
+            "questions_per_pair": asks,
             "thresholds": {"unsafe": guard.thresholds.unsafe,
                            "over_refusal": guard.thresholds.over_refusal},
             "calibration": cal.label if cal else None,
@@ -213,11 +219,13 @@ def render_markdown(s: dict[str, Any], with_plot: bool = True) -> str:
              "Decision-level outcomes: refuse -> refusal, rewrite -> helpful answer, allow -> "
              "the draft (regex class). 95% seeded bootstrap intervals. Runtime: seconds per "
              "example, mean ± std, batch time shared evenly; `scored` is how many questions "
-             "the model actually answered per example (the rest came from the cache).", "",
-             "| policy | predicates | thresholds (unsafe / over) | unsafe compliance | "
-             "over-refusal | allow/refuse/rewrite | ground s | reason s | decide s | "
-             "scored/example |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "the model actually answered per example (the rest came from the cache). "
+             "`questions` is what a policy asks per pair with an empty cache (request "
+             "questions once per prompt), its cost whatever the cache held.", "",
+             "| policy | predicates | questions (request + response) | thresholds (unsafe / "
+             "over) | unsafe compliance | over-refusal | allow/refuse/rewrite | ground s | "
+             "reason s | decide s | scored/example |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, p in s["policies"].items():
         ph = p["phases_s"]
 
@@ -227,7 +235,10 @@ def render_markdown(s: dict[str, Any], with_plot: bool = True) -> str:
         q = p["questions_scored_per_example"]
         pth = p.get("thresholds") or th
         cal = " (calibrated)" if p.get("calibration") else ""
-        lines.append(f"| {name} | {p['n_predicates']} | {fmt_threshold(pth['unsafe'])} / "
+        qs = p.get("questions_per_pair") or {}
+        asked = f"{qs['request']} + {qs['response']}" if qs else "-"
+        lines.append(f"| {name} | {p['n_predicates']} | {asked} | "
+                     f"{fmt_threshold(pth['unsafe'])} / "
                      f"{fmt_threshold(pth['over_refusal'])}{cal} | "
                      f"{_fmt(p['unsafe_compliance'])} | "
                      f"{_fmt(p['over_refusal'])} | {a['allow']}/{a['refuse']}/{a['rewrite']} | "

@@ -161,6 +161,11 @@ def test_ablation_grounds_shared_predicates_once(tmp_path):
                                                                             - shared)
     md = (run / "report" / "ablation.md").read_text()
     assert "| moderate |" in md and "| detailed |" in md and "ablation.png" in md
+    q = s["policies"]["detailed"]["questions_per_pair"]
+    specs = load_policy("detailed").predicates
+    assert q["request"] + q["response"] == len(qs["detailed"]) and q["response"] == sum(
+        1 + len(p.paraphrases) for p in specs if p.scope == "response")
+    assert f"| detailed | {len(specs)} | {q['request']} + {q['response']} |" in md
     assert (run / "report" / "ablation.png").stat().st_size > 1000
     u = s["policies"]["moderate"]["unsafe_compliance"]
     assert u["n"] == 3 and u["lo"] <= u["rate"] <= u["hi"]
