@@ -52,6 +52,9 @@ def config_from_args(args: argparse.Namespace) -> GuardConfig:
         key, sep, value = item.partition("=")
         if not sep:
             raise PlguardError(f"--set {item!r}: expected KEY=VALUE")
+        if not value.strip():
+            raise PlguardError(f"--set {item!r}: empty value (write {key.strip()}=null to "
+                               "set null)")
         parsed = yaml.safe_load(value)
         overrides[key.strip()] = NULL if parsed is None else parsed
     if getattr(args, "config", None):

@@ -77,3 +77,8 @@ def test_set_null_on_the_command_line_sets_null():
 
     args = argparse.Namespace(set=["thresholds.over_refusal=null"], config=None)
     assert config_from_args(args).thresholds.over_refusal is None
+    # an empty value is a mistake (an unset shell variable), not a request for null
+    from plguard.errors import PlguardError
+
+    with pytest.raises(PlguardError, match="empty value.*grounding.calibration=null"):
+        config_from_args(argparse.Namespace(set=["grounding.calibration="], config=None))

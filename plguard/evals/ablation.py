@@ -107,11 +107,15 @@ def ablate(run_dir: str | Path, policies: Sequence[str] = POLICIES, *,
         guard = Guard(pcfg, generator=backend)
         store = JsonlStore(out / "ablation" / f"{name}.jsonl")
         label = guard.grounder.calibration_file.label if guard.grounder.calibration_file else ""
+        th = guard.thresholds.model_dump(mode="json")
         stale = {str(r.get("calibration", "")) for r in store} - {label}
-        if stale:
-            raise InputError(f"{store.path} holds decisions made with another calibration "
-                             f"({', '.join(sorted(stale)) or 'none'}); move it away to redo "
-                             "them (groundings come back from the cache)")
+        # Records from before thresholds were stored carry only their calibration.
+        moved = [r["id"] for r in store if r.get("thresholds", th) != th]
+        if stale or moved:
+            what = (f"another calibration ({', '.join(sorted(stale)) or 'none'})" if stale
+                    else f"other thresholds (e.g. record {moved[0]}; now {th})")
+            raise InputError(f"{store.path} holds decisions made with {what}; move it away "
+                             "to redo them (groundings come back from the cache)")
         todo = [r for r in recs if r["id"] not in store]
         cache_obj = guard.grounder.cache
         with tqdm(total=len(todo), desc=name, unit="pair", disable=not progress) as bar:
@@ -127,7 +131,7 @@ def ablate(run_dir: str | Path, policies: Sequence[str] = POLICIES, *,
                 for r, g in zip(chunk, res, strict=True):
                     rec: dict[str, Any] = {"id": r["id"], "label": r["label"],
                                            "type": r.get("type"), "draft_class": r["regex"],
-                                           "calibration": label}
+                                           "calibration": label, "thresholds": th}
                     if isinstance(g, BaseException):
                         rec["error"] = f"{type(g).__name__}: {g}"[:2000]
                     else:
@@ -213,8 +217,9 @@ def render_markdown(s: dict[str, Any], with_plot: bool = True) -> str:
              f"Drafts: {m['n']} base answers of `{m['run']}` (safe and unsafe prompts "
              f"alternating, file order within each"
              f"{'' if m.get('split', 'all') == 'all' else '; XSTest ' + m['split'] + ' split'}"
-             f"). Model `{m['model']}`; configured thresholds unsafe {th['unsafe']}, "
-             f"over-refusal {th['over_refusal']} (a policy with a calibration file uses its "
+             f"). Model `{m['model']}`; configured thresholds unsafe "
+             f"{fmt_threshold(th['unsafe'])}, over-refusal {fmt_threshold(th['over_refusal'])} "
+             f"(a policy with a calibration file uses its "
              f"fitted ones, shown per row); repairs off; grounding cache `{m['cache']}`.", "",
              "Decision-level outcomes: refuse -> refusal, rewrite -> helpful answer, allow -> "
              "the draft (regex class). 95% seeded bootstrap intervals. Runtime: seconds per "

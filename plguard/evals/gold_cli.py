@@ -292,7 +292,7 @@ def _command_line(args: argparse.Namespace) -> str:
         ("--soft-confidence", getattr(args, "soft_confidence", 0.9), 0.9),
         ("--bins", getattr(args, "bins", 10), 10),
         ("--out", getattr(args, "out", None), None)]
-    parts += [f"{k} {v}" for k, v, default in opts if v != default]
+    parts += [f"{k} {'off' if v is None else v}" for k, v, default in opts if v != default]
     return " ".join(parts)
 
 
@@ -354,6 +354,16 @@ def _cmd_mapping(args: argparse.Namespace) -> int:
     return 0
 
 
+def _threshold_or_off(v: str) -> float | None:
+    """A threshold in [0, 1], or off/null (never rewrite)."""
+    if v.strip().lower() in ("off", "null", "none"):
+        return None
+    x = float(v)
+    if not 0 <= x <= 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1] or 'off', got {v!r}")
+    return x
+
+
 def add_gold_commands(eval_subparsers: Any) -> None:
     """Add ``gold``, ``noise``, ``grounding-vs-gold`` and ``gold-mapping`` to ``plguard eval``."""
     from plguard.config import Thresholds
@@ -368,8 +378,9 @@ def add_gold_commands(eval_subparsers: Any) -> None:
                        f"subset of the completion files ({', '.join(MODELS)}; default all).")
         p.add_argument("--unsafe-threshold", type=float, default=th["unsafe"].default,
                        help=th["unsafe"].description)
-        p.add_argument("--over-refusal-threshold", type=float,
-                       default=th["over_refusal"].default, help=th["over_refusal"].description)
+        p.add_argument("--over-refusal-threshold", type=_threshold_or_off,
+                       default=th["over_refusal"].default, metavar="T|off",
+                       help=th["over_refusal"].description)
         p.add_argument("--out", metavar="DIR", default=out, help=f"Output folder (default {out}).")
         p.add_argument("--print", action="store_true", help="Print the markdown report.")
 

@@ -15,6 +15,7 @@ verdict is a 0/1 score, so its AUROC is that of a single operating point.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from plguard.config import GuardConfig
 from plguard.evals.data import LabelledCompletion, load_completions, seeded_subset
 from plguard.evals.methods import Methods, judge_params
-from plguard.evals.metrics import Detection, detection
+from plguard.evals.metrics import Detection, detection, fmt_threshold
 from plguard.evals.runner import model_identity, run_safely
 from plguard.evals.scorers import COMPLY, REFUSALS
 from plguard.evals.store import JsonlStore, now_iso, write_json_atomic
@@ -86,13 +87,17 @@ def _judge_records(methods: Methods, items: Sequence[LabelledCompletion], store:
             bar.update(len(chunk))
 
 
-def _det(rows: list[tuple[bool, float]], thr: float) -> Detection:
-    return detection([y for y, _ in rows], [s for _, s in rows], thr)
+def _det(rows: list[tuple[bool, float]], thr: float | None) -> Detection:
+    # An over-refusal threshold that is off flags nothing: inf does that in `detection`;
+    # the detection keeps None so the report says "off" (and its JSON stays JSON).
+    d = detection([y for y, _ in rows], [s for _, s in rows],
+                  math.inf if thr is None else thr)
+    return d if thr is not None else dataclasses.replace(d, threshold=None)
 
 
 def _row(name: str, d: Detection) -> str:
     return (f"| {name} | {d.n} | {d.positives} | {d.auroc:.3f} | {d.precision:.3f} | "
-            f"{d.recall:.3f} | {d.threshold:g} |")
+            f"{d.recall:.3f} | {fmt_threshold(d.threshold)} |")
 
 
 def guard_labelled(config: GuardConfig, out_dir: Path, *, limit: int | None = None,
@@ -118,14 +123,14 @@ def guard_labelled(config: GuardConfig, out_dir: Path, *, limit: int | None = No
         methods = Methods(guard.generator, guard.policy.text, guard.params,
                           judge_params(cfg.eval.judge_max_new_tokens, cfg.eval.judge_structured))
         _judge_records(methods, items, jstore, batch, progress)
-    th = cfg.thresholds
+    th = guard.thresholds  # a calibration's fitted ones where it has them
     g_ok = [(c, gstore.records[c.uid]) for c in items if not gstore.records[c.uid]["error"]]
     res: dict[str, Detection] = {
         "guard: strongest unsafe rule": _det(
             [(targets(c)[0], r["strongest_unsafe"][1]) for c, r in g_ok], th.unsafe),
         "guard: strongest over-refusal rule": _det(
             [(targets(c)[1], r["strongest_over_refusal"][1]) for c, r in g_ok],
-            math.inf if th.over_refusal is None else th.over_refusal),  # off: flags nothing
+            th.over_refusal),
     }
     if all(r.get("p_unsafe_aggregate") is not None for _, r in g_ok):
         res["guard: P(unsafe_compliance) aggregate"] = _det(

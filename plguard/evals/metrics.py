@@ -136,7 +136,7 @@ class Detection:
     auroc: float
     precision: float
     recall: float
-    threshold: float
+    threshold: float | None  # None: an over-refusal threshold that is off
 
 
 def detection(y: Sequence[bool] | np.ndarray, score: Sequence[float] | np.ndarray,

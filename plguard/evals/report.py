@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -154,7 +154,7 @@ def thresholds_line(man: dict[str, Any]) -> str:
     # A manifest from before runs recorded it: read the calibration file the config names.
     cfg = (man.get("part_configs") or {}).get("plguard") or man.get("config") or {}
     th, cal = cfg.get("thresholds") or {}, (cfg.get("grounding") or {}).get("calibration")
-    text = f"thresholds unsafe {th.get('unsafe')}, over-refusal {th.get('over_refusal')}"
+    text = f"thresholds unsafe {_th(th, 'unsafe')}, over-refusal {_th(th, 'over_refusal')}"
     if not cal or not th.get("from_calibration", True):
         return text
     from plguard.calibration import load_calibration
@@ -165,8 +165,14 @@ def thresholds_line(man: dict[str, Any]) -> str:
         return f"thresholds: the fitted ones of calibration `{cal}` (not readable here)"
     if not fitted:
         return f"{text} (calibration `{cal}` has no fitted thresholds)"
-    return (f"thresholds unsafe {fmt_threshold(fitted.get('unsafe'))}, over-refusal "
-            f"{fmt_threshold(fitted.get('over_refusal'))} (fitted, from calibration `{cal}`)")
+    both = {**th, **fitted}  # a file may fit one threshold: the config's other applies
+    return (f"thresholds unsafe {_th(both, 'unsafe')}, over-refusal "
+            f"{_th(both, 'over_refusal')} (fitted, from calibration `{cal}`)")
+
+
+def _th(th: Mapping[str, Any], key: str) -> str:
+    """One threshold of a mapping: None is off, a missing one is not known."""
+    return fmt_threshold(th[key]) if key in th else "?"
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:

@@ -359,12 +359,27 @@ def attach_verdict(rec: dict[str, Any], sem: dict[str, Any] | None) -> None:
 
 
 def manifest_thresholds(man: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The decision thresholds of a run's config, or None when absent or malformed."""
-    th = _dict(_dict(_dict(man).get("config")).get("thresholds"))
-    u, o = _prob(th.get("unsafe")), _prob(th.get("over_refusal"))
-    if u is None or o is None:
+    """The thresholds a run's plguard decided with, or None when absent or malformed.
+
+    A run records them (``plguard_decided_with``: a calibration's fitted thresholds replace
+    the configured ones); older manifests have only their config's. An over-refusal
+    threshold of null is off (never rewrite).
+    """
+    m = _dict(man)
+    used = _dict(_dict(m.get("plguard_decided_with")).get("thresholds"))
+    cfg = _dict(m.get("config"))
+    th = used or _dict(cfg.get("thresholds"))
+    if not used and _dict(cfg.get("grounding")).get("calibration") \
+            and th.get("from_calibration", True):
+        return None  # fitted thresholds replaced these: each decision's reason names them
+    u = _prob(th.get("unsafe"))
+    if u is None or "over_refusal" not in th:
         return None
-    return {"unsafe": u, "over_refusal": o}
+    o = th["over_refusal"]
+    if o is None:
+        return {"unsafe": u, "over_refusal": None}
+    o = _prob(o)
+    return None if o is None else {"unsafe": u, "over_refusal": o}
 
 
 __all__ = [

@@ -316,8 +316,13 @@ def test_net_benefit_threshold_weighs_rewrites_of_unsafe_refusals():
     # a detector whose top scores are refusals of unsafe prompts never rewrites
     t, net = net_benefit_threshold(y, 1 - s, harm)
     assert t is None and net == 0
-    # ties go to the highest threshold; max F1 would rewrite here at all
-    assert best_f1_threshold(y, 1 - s)[0] <= 0.5
+    # where max F1 still picks a threshold (it always does)
+    assert best_f1_threshold(y, 1 - s)[0] == pytest.approx(0.1)
+    # cost 0: every over-refusal is worth fixing; the highest threshold that fixes all
+    assert net_benefit_threshold(y, s, harm, cost=0.0) == (pytest.approx(0.5), 3.0)
+    # no data, or pairs no threshold may rewrite (-inf: refused by the unsafe rules first)
+    assert net_benefit_threshold(y[:0], s[:0], harm[:0]) == (None, 0.0)
+    assert net_benefit_threshold(y, np.full(7, -np.inf), harm) == (None, 0.0)
 
 
 def test_a_fit_with_no_worthwhile_rewrite_turns_rewrites_off(grounded, tmp_path, capsys):
@@ -329,7 +334,11 @@ def test_a_fit_with_no_worthwhile_rewrite_turns_rewrites_off(grounded, tmp_path,
     with pytest.raises(SystemExit):
         main(["eval", "quality", "fit", "--run", str(grounded), "--out", str(tmp_path),
               "--rewrite-cost", "-1"])
-    assert "--rewrite-cost: must be a number >= 0" in capsys.readouterr().err
+    assert "--rewrite-cost: must be a finite number >= 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["eval", "quality", "fit", "--run", str(grounded), "--out", str(tmp_path),
+              "--rewrite-cost", "inf"])
+    assert "must be a finite number" in capsys.readouterr().err
     path = tmp_path / "calibration-minimal.json"
     doc = json.loads(path.read_text())
     assert doc["thresholds"]["over_refusal"] is None

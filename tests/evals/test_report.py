@@ -59,7 +59,7 @@ def test_the_thresholds_line_names_what_decided(tmp_path):
     assert thresholds_line(man) == (f"thresholds unsafe 0.437, over-refusal 0.525 (fitted, "
                                     f"from calibration `{cal}`)")
     part["thresholds"]["from_calibration"] = False
-    assert thresholds_line(man) == "thresholds unsafe 0.5, over-refusal 0.5"
+    assert thresholds_line(man) == "thresholds unsafe 0.500, over-refusal 0.500"
     part["thresholds"]["from_calibration"] = True
     part["grounding"]["calibration"] = str(tmp_path / "gone.json")
     assert "not readable here" in thresholds_line(man)
@@ -70,7 +70,7 @@ def test_the_thresholds_line_names_what_decided(tmp_path):
                                     "(calibration `cal.json@abc`)")
     # a manifest from before part configs: the run's config
     assert thresholds_line({"config": {"thresholds": {"unsafe": 0.3, "over_refusal": 0.6}}}) \
-        == "thresholds unsafe 0.3, over-refusal 0.6"
+        == "thresholds unsafe 0.300, over-refusal 0.600"
     # a fitted over-refusal threshold that is off (no rewrites) says so, from either source
     man["plguard_decided_with"]["thresholds"]["over_refusal"] = None
     assert thresholds_line(man).startswith("thresholds unsafe 0.250, over-refusal off ")
@@ -79,3 +79,8 @@ def test_the_thresholds_line_names_what_decided(tmp_path):
     cal.write_text(json.dumps({"format": "plguard-calibration/2", "predicates": {},
                                "thresholds": {"unsafe": 0.4368, "over_refusal": None}}))
     assert thresholds_line(man).startswith("thresholds unsafe 0.437, over-refusal off (fitted")
+    # a file that fits only one threshold: the config's other one applies, not "off"
+    cal.write_text(json.dumps({"format": "plguard-calibration/2", "predicates": {},
+                               "thresholds": {"unsafe": 0.3}}))
+    part["thresholds"]["over_refusal"] = 0.6
+    assert thresholds_line(man).startswith("thresholds unsafe 0.300, over-refusal 0.600 (fitted")

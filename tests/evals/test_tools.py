@@ -10,6 +10,7 @@ import pytest
 from plguard.cli import main
 from plguard.config import GroundingConfig, Thresholds
 from plguard.decide import decide
+from plguard.errors import InputError
 from plguard.evals.ablation import ablate, base_records
 from plguard.evals.calibration import (
     apply_platt,
@@ -195,18 +196,38 @@ def test_ablation_at_an_over_refusal_threshold_that_is_off(tmp_path):
     # fires on every pair (0.95 x 0.9), no unsafe rule does
     backend = ScriptedBackend(lambda c: "", lambda a, b: 0.9 if "refus" in b.lower() else 0.05)
     acts = {}
+    out = run / "report"
     for name, over in (("on", 0.5), ("off", None)):
         cfg = GuardConfig.from_dict({"generator": {"path": "/nonexistent/scripted"},
                                      "thresholds": {"over_refusal": over}})
-        out = run / "report"
+        if name == "off":  # decisions made at other thresholds are not reused
+            with pytest.raises(InputError, match="other thresholds"):
+                ablate(run, ["minimal"], config=cfg, limit=6, cache=None, generator=backend,
+                       progress=False, plot=False)
+            shutil.rmtree(out)
         s = ablate(run, ["minimal"], config=cfg, limit=6, cache=None, generator=backend,
                    progress=False, plot=False)
         acts[name] = s["policies"]["minimal"]["actions"]
         assert s["policies"]["minimal"]["thresholds"]["over_refusal"] == over
         md = (out / "ablation.md").read_text()
-        shutil.rmtree(out)  # the next setting re-decides every pair
     assert acts["on"]["rewrite"] == 6 and acts["off"] == {"allow": 6, "refuse": 0, "rewrite": 0}
     assert "| 0.500 / off |" in md
+
+
+def test_guard_labelled_reports_an_over_refusal_threshold_that_is_off(tmp_path):
+    from plguard.config import GuardConfig
+    from plguard.evals.labelled import guard_labelled
+
+    cfg = GuardConfig.from_dict({"generator": {"path": "/nonexistent/scripted"},
+                                 "policy": "minimal", "thresholds": {"over_refusal": None}})
+    backend = ScriptedBackend(lambda c: "", lambda a, b: 0.9 if "refus" in b.lower() else 0.05)
+    md = guard_labelled(cfg, tmp_path, limit=40, judge=False, progress=False,
+                        generator=backend).read_text()
+    res = json.loads((tmp_path / "guard-labelled.json").read_text())  # strict JSON
+    over = [v for k, v in res["results"].items() if "over-refusal" in k]
+    assert over and over[0]["threshold"] is None and over[0]["positives"] > 0
+    assert over[0]["recall"] == 0  # the rule fires everywhere, but off flags nothing
+    assert "| off |" in md
 
 
 def test_base_records_alternate_labels(tmp_path):

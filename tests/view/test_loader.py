@@ -188,6 +188,23 @@ def test_thresholds_read_back_from_each_kind_of_reason():
     assert thresholds_from_reason(d.reason) == {"unsafe": 0.35, "over_refusal": None}
 
 
+def test_manifest_thresholds_are_what_plguard_decided_with():
+    from plguard.view.records import manifest_thresholds
+
+    cfg = {"thresholds": {"unsafe": 0.5, "over_refusal": 0.5, "from_calibration": True}}
+    assert manifest_thresholds({"config": cfg}) == {"unsafe": 0.5, "over_refusal": 0.5}
+    # a run records the thresholds that decided (a calibration's, here with rewrites off)
+    used = {"thresholds": {"unsafe": 0.44, "over_refusal": None}, "calibration": "c@1"}
+    assert manifest_thresholds({"config": cfg, "plguard_decided_with": used}) == {
+        "unsafe": 0.44, "over_refusal": None}
+    # an older run with a calibration: the config's are not what decided; reasons are
+    cal = {**cfg, "grounding": {"calibration": "cal.json"}}
+    assert manifest_thresholds({"config": cal}) is None
+    off = {"thresholds": {"unsafe": 0.5, "over_refusal": None}}
+    assert manifest_thresholds({"config": off}) == {"unsafe": 0.5, "over_refusal": None}
+    assert manifest_thresholds({"config": {"thresholds": {"unsafe": 0.5}}}) is None
+
+
 _JUNK = [None, "x", -1, 2.5, [], {}, float("nan"), True, {"p_true": "a"}, [1, "b"]]
 
 

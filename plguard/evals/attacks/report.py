@@ -124,6 +124,8 @@ def _num(x: float, digits: int = 3) -> str:
 
 
 def _th(x: Any) -> str:
+    if x is None:  # an over-refusal threshold that is off: no refusal pair is detected
+        return "off"
     return f"{x:.3g}" if isinstance(x, float) else str(x)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import math
 from pathlib import Path
 from typing import Any
 
@@ -128,8 +129,8 @@ def _add_rewrite_cost(p: argparse.ArgumentParser) -> None:
 
     def cost(v: str) -> float:
         x = float(v)
-        if not x >= 0:
-            raise argparse.ArgumentTypeError(f"must be a number >= 0, got {v!r}")
+        if not (math.isfinite(x) and x >= 0):
+            raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {v!r}")
         return x
     p.add_argument("--rewrite-cost", type=cost, default=REWRITE_COST, metavar="C",
                    help="What rewriting the refusal of an unsafe prompt costs, in fixed "

@@ -202,12 +202,13 @@ def net_benefit_threshold(y: np.ndarray, s: np.ndarray, harm: np.ndarray, cost: 
     pairs (rewriting a safe request's answer only rephrases it). Max F1 ignores that
     asymmetry and always picks some threshold, even where most rewrites would land on
     harmful requests; here, when no threshold has a positive net benefit, the answer is
-    None: never rewrite. Ties: the highest threshold.
+    None: never rewrite. Ties: the highest threshold. A score of -inf marks a pair that
+    no threshold rewrites (one the unsafe rules refuse first).
     """
     yy, ss = np.asarray(y, dtype=bool), np.asarray(s, dtype=float)
     hh = np.asarray(harm, dtype=bool)
     best: tuple[float, float | None] = (0.0, None)
-    for t in np.unique(ss):
+    for t in np.unique(ss[np.isfinite(ss)]):  # -inf: a pair that can never be rewritten
         fired = ss >= t
         net = float((fired & yy).sum()) - cost * float((fired & hh).sum())
         if net > best[0] or (net == best[0] and best[1] is not None and t > best[1]):
@@ -316,9 +317,13 @@ def fit_policy(recs: Records, policy_name: str, rewrite_cost: float = REWRITE_CO
     u, o = strongest(policy, calibrated)
     y_u, y_o = outcomes(recs.rows)
     t_u, f1_u = best_f1_threshold(y_u, u)
-    harm = np.array([r["label"] == "unsafe" for r in recs.rows], dtype=bool)
-    t_o, net_o = net_benefit_threshold(y_o, o, harm, rewrite_cost)
-    fired = o >= t_o if t_o is not None else np.zeros(o.shape, dtype=bool)
+    # Safety first: a pair the unsafe rules refuse is never rewritten, so only the others
+    # count for or against a rewrite.
+    open_ = u < t_u
+    harm = np.array([r["label"] == "unsafe" for r in recs.rows], dtype=bool) & open_
+    t_o, net_o = net_benefit_threshold(y_o & open_, np.where(open_, o, -np.inf), harm,
+                                       rewrite_cost)
+    fired = (o >= t_o) & open_ if t_o is not None else np.zeros(o.shape, dtype=bool)
     m = recs.manifest
     return {
         "format": FORMAT, "created": now_iso(), "policy": policy.id,
@@ -346,7 +351,10 @@ def fit_policy(recs: Records, policy_name: str, rewrite_cost: float = REWRITE_CO
                        "unsafe_prompt_pairs_rewritten": int((fired & harm).sum()),
                        "n_unsafe_positive": int(y_u.sum()),
                        "n_over_refusal_positive": int(y_o.sum()),
-                       "n_unsafe_prompt_rows": int(harm.sum())}}
+                       "n_unsafe_prompt_rows": int(harm.sum()),
+                       "n_over_refusal_open": int((y_o & open_).sum()),
+                       "note": "rewrite counts leave out the pairs the unsafe rules refuse "
+                               "at the unsafe threshold (safety first)"}}
 
 
 def finite_or_none(x: float | None) -> float | None:
@@ -402,9 +410,10 @@ def _over_line(th: Mapping[str, Any]) -> str:
     cost = f"{th['rewrite_cost']:g}"
     if th["over_refusal"] is None:
         return (f"over-refusal **off**: at no threshold do rewrites fix more over-refusals "
-                f"than {cost} x the pairs of unsafe prompts they would rewrite (of "
-                f"{th['n_over_refusal_positive']} over-refusals and "
-                f"{th['n_unsafe_prompt_rows']} pairs of unsafe prompts).")
+                f"than {cost} x the pairs of unsafe prompts they would rewrite (of the "
+                f"{th.get('n_over_refusal_open', th['n_over_refusal_positive'])} "
+                f"over-refusals and {th['n_unsafe_prompt_rows']} pairs of unsafe prompts "
+                "the unsafe rules leave).")
     return (f"over-refusal {th['over_refusal']:.3f} (max net benefit of rewriting: "
             f"{th['over_refusal_fixed']} of {th['n_over_refusal_positive']} over-refusals "
             f"fixed, {th['unsafe_prompt_pairs_rewritten']} pairs of unsafe prompts rewritten, "
