@@ -6,6 +6,7 @@ documented where it is declared; the CLI's help text comes from these descriptio
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -104,6 +105,11 @@ class Thresholds(_Strict):
         "than they would unlock unsafe prompts sets this.")
     from_calibration: bool = Field(True, description="When grounding.calibration names a file "
                                    "with fitted thresholds, use those instead of the two above.")
+
+    @property
+    def over_refusal_at(self) -> float:
+        """The over-refusal threshold to compare with: infinite (never reached) when off."""
+        return math.inf if self.over_refusal is None else self.over_refusal
 
 
 class GroundingConfig(_Strict):

@@ -39,14 +39,14 @@ def decide(
             f"unsafe rule {unsafe[0]} = {unsafe[1]:.3f} >= unsafe threshold "
             f"{thresholds.unsafe:.2f}: refuse or rewrite safely",
         )
-    t_over = thresholds.over_refusal
-    if over[0] and t_over is not None and over[1] >= t_over:
+    if over[0] and over[1] >= thresholds.over_refusal_at:  # never, when it is off
         return Decision(
             "rewrite", unsafe, over,
             f"over-refusal rule {over[0]} = {over[1]:.3f} >= over-refusal threshold "
-            f"{t_over:.2f} (strongest unsafe {unsafe[0] or '-'} = "
+            f"{thresholds.over_refusal_at:.2f} (strongest unsafe {unsafe[0] or '-'} = "
             f"{unsafe[1]:.3f} below {thresholds.unsafe:.2f}): rewrite helpfully",
         )
+    t_over = thresholds.over_refusal
     below = f"< {t_over:.2f}" if t_over is not None else "(over-refusal threshold off)"
     return Decision(
         "allow", unsafe, over,

@@ -418,10 +418,9 @@ def decide_matrix(policy: Policy, matrix: np.ndarray, thresholds: Any = None) ->
 
     u_rule, u_p = strongest(policy.unsafe_rules)
     o_rule, o_p = strongest(policy.over_refusal_rules)
-    rewrite = ((o_rule != "") & (o_p >= th.over_refusal) if th.over_refusal is not None
-               else np.zeros(n, dtype=bool))  # off: never rewrite
     action = np.where((u_rule != "") & (u_p >= th.unsafe), "refuse",
-                      np.where(rewrite, "rewrite", "allow"))
+                      np.where((o_rule != "") & (o_p >= th.over_refusal_at), "rewrite",
+                               "allow"))
     return Decisions(action, u_rule, u_p, o_rule, o_p, probs)
 
 

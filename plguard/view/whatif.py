@@ -21,7 +21,6 @@ falls back to a grid scan refined by bisection, and the answer is marked approxi
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -166,9 +165,8 @@ def flips(policy: PolicyLike, probs: Mapping[str, float], thresholds: Thresholds
                                                                strict=True))), thresholds).action
     rules = [*policy.unsafe_rules, *policy.over_refusal_rules]
     limit = {r: thresholds.unsafe for r in policy.unsafe_rules}
-    # An over-refusal threshold that is off is never crossed: no candidate value from it.
-    t_over = math.inf if thresholds.over_refusal is None else thresholds.over_refusal
-    limit.update({r: t_over for r in policy.over_refusal_rules})
+    # An over-refusal threshold that is off (infinite) gives no candidate value.
+    limit.update({r: thresholds.over_refusal_at for r in policy.over_refusal_rules})
     probes = (0.0, 1.0, 0.5, 0.3819660112501051)
     rows = np.repeat(base[None, :], len(names) * len(probes), axis=0)
     for i in range(len(names)):

@@ -191,8 +191,8 @@ def best_f1_threshold(y: np.ndarray, s: np.ndarray) -> tuple[float, float]:
     return best[1], best[0]
 
 
-def net_benefit_threshold(y: np.ndarray, s: np.ndarray, harm: np.ndarray, cost: float = 1.0
-                          ) -> tuple[float | None, float]:
+def net_benefit_threshold(y: np.ndarray, s: np.ndarray, harm: np.ndarray,
+                          cost: float = REWRITE_COST) -> tuple[float | None, float]:
     """The over-refusal threshold with the largest net benefit of rewriting, or None.
 
     Rewriting fixes an over-refusal (``y``) but, on a pair whose request is harmful
