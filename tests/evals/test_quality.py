@@ -16,10 +16,12 @@ from plguard.errors import ConfigError, InputError
 from plguard.evals.data import load_prompts
 from plguard.evals.metrics import auroc
 from plguard.evals.quality.fit import (
+    _over_line,
     best_f1_threshold,
     fit_calibrations,
     load_records,
     net_benefit_threshold,
+    rewrite_p_value,
 )
 from plguard.evals.quality.ground import (
     QUESTIONS_PER_CALL,
@@ -309,12 +311,12 @@ def test_net_benefit_threshold_weighs_rewrites_of_unsafe_refusals():
     y = np.array([1, 1, 0, 0, 1, 0, 0], dtype=bool)
     harm = np.array([0, 0, 1, 1, 0, 0, 1], dtype=bool)
     s = np.array([0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3])
-    t, net = net_benefit_threshold(y, s, harm)
+    t, net = net_benefit_threshold(y, s, harm, alpha=1.0)
     assert t == pytest.approx(0.8) and net == 2  # 2 fixed, 0 unlocked
-    t, net = net_benefit_threshold(y, s, harm, cost=0.2)
+    t, net = net_benefit_threshold(y, s, harm, cost=0.2, alpha=1.0)
     assert t == pytest.approx(0.5) and net == pytest.approx(3 - 2 * 0.2)
     # a detector whose top scores are refusals of unsafe prompts never rewrites
-    t, net = net_benefit_threshold(y, 1 - s, harm)
+    t, net = net_benefit_threshold(y, 1 - s, harm, alpha=1.0)
     assert t is None and net == 0
     # where max F1 still picks a threshold (it always does)
     assert best_f1_threshold(y, 1 - s)[0] == pytest.approx(0.1)
@@ -323,6 +325,40 @@ def test_net_benefit_threshold_weighs_rewrites_of_unsafe_refusals():
     # no data, or pairs no threshold may rewrite (-inf: refused by the unsafe rules first)
     assert net_benefit_threshold(y[:0], s[:0], harm[:0]) == (None, 0.0)
     assert net_benefit_threshold(y, np.full(7, -np.inf), harm) == (None, 0.0)
+    # by default a gain of 2 pairs is not evidence (p = 0.25): rewrites stay off
+    assert net_benefit_threshold(y, s, harm) == (None, 0.0)
+
+
+def test_rewrites_need_a_significant_gain():
+    # break-even at cost 1 is a fix rate of 1/2: 4 fixed of 7 is what chance gives
+    assert rewrite_p_value(4, 3) == pytest.approx(64 / 128)
+    assert rewrite_p_value(5, 0) == pytest.approx(1 / 32)
+    assert rewrite_p_value(0, 3) == 1.0 and rewrite_p_value(0, 0) == 1.0
+    assert rewrite_p_value(2, 0, cost=0.0) == 0.0  # at cost 0 any fix is a gain
+    # a higher cost raises the bar: 9 of 10 is evidence at cost 1, not at cost 4
+    assert rewrite_p_value(9, 1) < 0.05 < rewrite_p_value(9, 1, cost=4.0)
+    # 5 over-refusals on top, then 4 unsafe refusals, then 6 over-refusals: rewriting all
+    # nets the most (+7) but 11 of 15 is not evidence (p = 0.059); the top 5 are (+5,
+    # p = 0.031)
+    y = np.array([1] * 5 + [0] * 4 + [1] * 6, dtype=bool)
+    s = np.linspace(1, 0, y.size)
+    assert rewrite_p_value(11, 4) == pytest.approx(1941 / 32768)
+    assert net_benefit_threshold(y, s, ~y, alpha=1.0) == (pytest.approx(s[-1]), 7.0)
+    assert net_benefit_threshold(y, s, ~y) == (pytest.approx(s[4]), 5.0)
+    assert net_benefit_threshold(y, s, ~y, alpha=0.1) == (pytest.approx(s[-1]), 7.0)
+
+
+def test_fit_report_says_why_rewrites_are_off():
+    th = {"over_refusal": None, "rewrite_cost": 1.0, "rewrite_alpha": 0.05,
+          "net_benefit_over_refusal": 0.0, "n_over_refusal_positive": 9,
+          "n_unsafe_prompt_rows": 30, "untested": {
+              "over_refusal": 0.564, "net_benefit": 1.0, "over_refusal_fixed": 4,
+              "unsafe_prompt_pairs_rewritten": 3, "p_value": 0.5}}
+    line = _over_line(th)
+    assert "off" in line and "0.564" in line and "p = 0.500 > 0.05" in line
+    on = dict(th, over_refusal=0.7, over_refusal_fixed=6, unsafe_prompt_pairs_rewritten=0,
+              rewrite_p_value=1 / 64)
+    assert "p = 0.016 <= 0.05" in _over_line(on)
 
 
 def test_a_fit_with_no_worthwhile_rewrite_turns_rewrites_off(grounded, tmp_path, capsys):

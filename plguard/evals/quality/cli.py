@@ -42,7 +42,8 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     from plguard.evals.quality.fit import fit_calibrations
 
     for path in fit_calibrations(args.run, args.policies, args.out, split=args.split,
-                                 rewrite_cost=args.rewrite_cost):
+                                 rewrite_cost=args.rewrite_cost,
+                                rewrite_alpha=args.rewrite_alpha):
         print(path.with_suffix(".md").read_text(encoding="utf-8"))
         print(f"calibration file: {path}\n")
     return 0
@@ -74,8 +75,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def calibrate_model(config: Any, policies: list[str], out: Path, *, work: Path | None,
-                    limit: int | None, progress: bool, rewrite_cost: float
-                    ) -> list[Path]:
+                    limit: int | None, progress: bool, rewrite_cost: float,
+                    rewrite_alpha: float) -> list[Path]:
     """Ground the XSTest dev split with the configured model, then fit each policy."""
     from plguard.evals.quality.fit import fit_calibrations
     from plguard.evals.quality.ground import ground_labelled
@@ -88,7 +89,8 @@ def calibrate_model(config: Any, policies: list[str], out: Path, *, work: Path |
         work = cache_dir() / "calibration-runs" / key
     ground_labelled(config, work, policies=policies, split="dev", limit=limit, judge=False,
                     progress=progress)
-    return fit_calibrations(work, policies, out, split="dev", rewrite_cost=rewrite_cost)
+    return fit_calibrations(work, policies, out, split="dev", rewrite_cost=rewrite_cost,
+                            rewrite_alpha=rewrite_alpha)
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
@@ -112,12 +114,14 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         from plguard.evals.quality.fit import fit_calibrations
 
         paths = fit_calibrations(args.from_run, policies, args.out, split="dev",
-                                 rewrite_cost=args.rewrite_cost)
+                                 rewrite_cost=args.rewrite_cost,
+                                rewrite_alpha=args.rewrite_alpha)
     else:
         paths = calibrate_model(cfg, policies, Path(args.out),
                                 work=Path(args.work) if args.work else None,
                                 limit=args.limit, progress=not args.no_progress,
-                                rewrite_cost=args.rewrite_cost)
+                                rewrite_cost=args.rewrite_cost,
+                                rewrite_alpha=args.rewrite_alpha)
     for path in paths:
         print(path.with_suffix(".md").read_text(encoding="utf-8"))
         print(f"calibration file: {path}  (use it with --set grounding.calibration={path})\n")
@@ -125,7 +129,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def _add_rewrite_cost(p: argparse.ArgumentParser) -> None:
-    from plguard.evals.quality.fit import REWRITE_COST
+    from plguard.evals.quality.fit import REWRITE_ALPHA, REWRITE_COST
 
     def cost(v: str) -> float:
         x = float(v)
@@ -136,6 +140,16 @@ def _add_rewrite_cost(p: argparse.ArgumentParser) -> None:
                    help="What rewriting the refusal of an unsafe prompt costs, in fixed "
                    "over-refusals, when fitting the over-refusal threshold (default "
                    f"{REWRITE_COST:g}); where no threshold gains, rewrites are off.")
+
+    def alpha(v: str) -> float:
+        x = float(v)
+        if not 0 < x <= 1:
+            raise argparse.ArgumentTypeError(f"must be in (0, 1], got {v!r}")
+        return x
+    p.add_argument("--rewrite-alpha", type=alpha, default=REWRITE_ALPHA, metavar="A",
+                   help="Rewrites are switched on only where the fitting data show their gain "
+                   "at this significance (one-sided exact binomial test against break-even; "
+                   f"default {REWRITE_ALPHA:g}; 1: no test).")
 
 
 def add_quality_commands(eval_sub: Any) -> None:

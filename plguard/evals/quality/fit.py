@@ -44,6 +44,11 @@ MIN_PER_CLASS = 5
 # What rewriting the refusal of an unsafe prompt costs, in fixed over-refusals: it is at
 # least as bad as leaving one over-refusal (safety first); 1 is the least that says so.
 REWRITE_COST = 1.0
+# How sure the fitting data must make us that rewrites gain before they are switched on:
+# a rewrite can unlock an answer to an unsafe prompt, so a gain of one or two pairs on a
+# dev split of a hundred is noise, not evidence (very_detailed's +1 on dev, 4 fixed for 3
+# unlocked, reversed on XSTest's test part). 1 switches the test off.
+REWRITE_ALPHA = 0.05
 
 
 @dataclass(frozen=True)
@@ -191,8 +196,24 @@ def best_f1_threshold(y: np.ndarray, s: np.ndarray) -> tuple[float, float]:
     return best[1], best[0]
 
 
+def rewrite_p_value(fixed: int, unlocked: int, cost: float = REWRITE_COST) -> float:
+    """How likely ``fixed`` or more fixes of ``fixed + unlocked`` rewrites are by chance.
+
+    One-sided exact binomial test against the break-even rate ``cost / (1 + cost)``: a
+    rewrite that fixes an over-refusal with that probability, and otherwise rewrites the
+    refusal of an unsafe prompt, gains nothing on average. Small: the gain is evidence.
+    """
+    n = fixed + unlocked
+    if fixed <= 0:
+        return 1.0
+    q = cost / (1.0 + cost)
+    return min(1.0, sum(math.comb(n, k) * q**k * (1.0 - q) ** (n - k)
+                        for k in range(fixed, n + 1)))
+
+
 def net_benefit_threshold(y: np.ndarray, s: np.ndarray, harm: np.ndarray,
-                          cost: float = REWRITE_COST) -> tuple[float | None, float]:
+                          cost: float = REWRITE_COST, alpha: float = REWRITE_ALPHA
+                          ) -> tuple[float | None, float]:
     """The over-refusal threshold with the largest net benefit of rewriting, or None.
 
     Rewriting fixes an over-refusal (``y``) but, on a pair whose request is harmful
@@ -201,18 +222,23 @@ def net_benefit_threshold(y: np.ndarray, s: np.ndarray, harm: np.ndarray,
     ``s >= t`` is fixed over-refusals minus ``cost`` times rewrites of harmful requests'
     pairs (rewriting a safe request's answer only rephrases it). Max F1 ignores that
     asymmetry and always picks some threshold, even where most rewrites would land on
-    harmful requests; here, when no threshold has a positive net benefit, the answer is
-    None: never rewrite. Ties: the highest threshold. A score of -inf marks a pair that
-    no threshold rewrites (one the unsafe rules refuse first).
+    harmful requests; here a threshold is a candidate only if its net benefit is positive
+    and :func:`rewrite_p_value` is at most ``alpha`` (the gain is not a few lucky pairs),
+    and when none is, the answer is None: never rewrite. Ties: the highest threshold. A
+    score of -inf marks a pair that no threshold rewrites (one the unsafe rules refuse
+    first).
     """
     yy, ss = np.asarray(y, dtype=bool), np.asarray(s, dtype=float)
     hh = np.asarray(harm, dtype=bool)
     best: tuple[float, float | None] = (0.0, None)
     for t in np.unique(ss[np.isfinite(ss)]):  # -inf: a pair that can never be rewritten
         fired = ss >= t
-        net = float((fired & yy).sum()) - cost * float((fired & hh).sum())
+        fixed, unlocked = int((fired & yy).sum()), int((fired & hh).sum())
+        net = fixed - cost * unlocked
+        if net <= 0 or rewrite_p_value(fixed, unlocked, cost) > alpha:
+            continue
         if net > best[0] or (net == best[0] and best[1] is not None and t > best[1]):
-            best = (net, float(t))
+            best = (float(net), float(t))
     return best[1], best[0]
 
 
@@ -252,13 +278,14 @@ def _entry(xs: np.ndarray, ys: np.ndarray, a: float, b: float, method: str, spec
                   "brier": finite_or_none(brier(cal, ys)) if ys.size else None}}
 
 
-def fit_policy(recs: Records, policy_name: str, rewrite_cost: float = REWRITE_COST
-               ) -> dict[str, Any]:
+def fit_policy(recs: Records, policy_name: str, rewrite_cost: float = REWRITE_COST,
+               rewrite_alpha: float = REWRITE_ALPHA) -> dict[str, Any]:
     """The calibration document of one policy, fitted on ``recs``.
 
     The unsafe threshold maximises F1; the over-refusal one maximises the net benefit of
     rewriting (:func:`net_benefit_threshold`, ``rewrite_cost`` per pair of an unsafe
-    prompt rewritten) and is None (no rewrites) where none has a positive one.
+    prompt rewritten) and is None (no rewrites) where none has a positive one that is
+    significant at ``rewrite_alpha``.
     """
     policy = load_policy(policy_name)
     if not recs.rows:
@@ -322,8 +349,14 @@ def fit_policy(recs: Records, policy_name: str, rewrite_cost: float = REWRITE_CO
     open_ = u < t_u
     harm = np.array([r["label"] == "unsafe" for r in recs.rows], dtype=bool) & open_
     t_o, net_o = net_benefit_threshold(y_o & open_, np.where(open_, o, -np.inf), harm,
-                                       rewrite_cost)
+                                       rewrite_cost, rewrite_alpha)
     fired = (o >= t_o) & open_ if t_o is not None else np.zeros(o.shape, dtype=bool)
+    # What the plain net benefit (no significance test) would pick, so a file says what
+    # the test turned off.
+    t_any, net_any = net_benefit_threshold(y_o & open_, np.where(open_, o, -np.inf), harm,
+                                           rewrite_cost, alpha=1.0)
+    any_fired = (o >= t_any) & open_ if t_any is not None else np.zeros(o.shape, bool)
+    any_fixed, any_unlocked = int((any_fired & y_o).sum()), int((any_fired & harm).sum())
     m = recs.manifest
     return {
         "format": FORMAT, "created": now_iso(), "policy": policy.id,
@@ -343,12 +376,23 @@ def fit_policy(recs: Records, policy_name: str, rewrite_cost: float = REWRITE_CO
                        "criterion": {"unsafe": "max F1",
                                      "over_refusal": "max net benefit of rewriting: "
                                      "over-refusals fixed - rewrite_cost x pairs of "
-                                     "unsafe prompts rewritten; null when none is positive"},
+                                     "unsafe prompts rewritten, among thresholds "
+                                     "where it is positive and significant at "
+                                     "rewrite_alpha; null when there is none"},
                        "rewrite_cost": rewrite_cost,
+                       "rewrite_alpha": rewrite_alpha,
                        "f1_unsafe": finite_or_none(f1_u),
                        "net_benefit_over_refusal": net_o,
                        "over_refusal_fixed": int((fired & y_o).sum()),
                        "unsafe_prompt_pairs_rewritten": int((fired & harm).sum()),
+                       "rewrite_p_value": rewrite_p_value(int((fired & y_o).sum()),
+                                                          int((fired & harm).sum()),
+                                                          rewrite_cost),
+                       "untested": {"over_refusal": t_any, "net_benefit": net_any,
+                                    "over_refusal_fixed": any_fixed,
+                                    "unsafe_prompt_pairs_rewritten": any_unlocked,
+                                    "p_value": rewrite_p_value(any_fixed, any_unlocked,
+                                                               rewrite_cost)},
                        "n_unsafe_positive": int(y_u.sum()),
                        "n_over_refusal_positive": int(y_o.sum()),
                        "n_unsafe_prompt_rows": int(harm.sum()),
@@ -363,14 +407,15 @@ def finite_or_none(x: float | None) -> float | None:
 
 
 def fit_calibrations(folder: str | Path, policies: Sequence[str], out_dir: str | Path, *,
-                     split: str = "dev", rewrite_cost: float = REWRITE_COST) -> list[Path]:
+                     split: str = "dev", rewrite_cost: float = REWRITE_COST,
+                     rewrite_alpha: float = REWRITE_ALPHA) -> list[Path]:
     """Fit and write ``calibration-<policy>.json`` (+ .md) for each policy."""
     recs = load_records(folder, split)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for name in policies:
-        doc = fit_policy(recs, name, rewrite_cost)
+        doc = fit_policy(recs, name, rewrite_cost, rewrite_alpha)
         doc["fitted_on"]["folder"] = str(folder)
         path = out / f"calibration-{load_policy(name).name}.json"
         write_json_atomic(path, doc)
@@ -408,24 +453,33 @@ def _over_line(th: Mapping[str, Any]) -> str:
     if "net_benefit_over_refusal" not in th:  # a file fitted before the net-benefit criterion
         return f"over-refusal {th['over_refusal']:.3f} (max F1, {_f(th.get('f1_over_refusal'))})."
     cost = f"{th['rewrite_cost']:g}"
+    alpha = th.get("rewrite_alpha")  # absent: fitted before the significance test
+    untested = th.get("untested") or {}
+    if th["over_refusal"] is None and untested.get("over_refusal") is not None:
+        return (f"over-refusal **off**: the best threshold ({untested['over_refusal']:.3f}) "
+                f"would fix {untested['over_refusal_fixed']} over-refusals and rewrite "
+                f"{untested['unsafe_prompt_pairs_rewritten']} pairs of unsafe prompts (net "
+                f"{untested['net_benefit']:+g} at cost {cost}), which is not evidence of a "
+                f"gain (p = {untested['p_value']:.3f} > {alpha:g}).")
     if th["over_refusal"] is None:
         return (f"over-refusal **off**: at no threshold do rewrites fix more over-refusals "
                 f"than {cost} x the pairs of unsafe prompts they would rewrite (of the "
                 f"{th.get('n_over_refusal_open', th['n_over_refusal_positive'])} "
                 f"over-refusals and {th['n_unsafe_prompt_rows']} pairs of unsafe prompts "
                 "the unsafe rules leave).")
+    sig = "" if alpha is None else f", p = {th['rewrite_p_value']:.3f} <= {alpha:g}"
     return (f"over-refusal {th['over_refusal']:.3f} (max net benefit of rewriting: "
             f"{th['over_refusal_fixed']} of {th['n_over_refusal_positive']} over-refusals "
             f"fixed, {th['unsafe_prompt_pairs_rewritten']} pairs of unsafe prompts rewritten, "
-            f"cost {cost} each).")
+            f"cost {cost} each{sig}).")
 
 
 def _f(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3f}"
 
 
-__all__ = ["MIN_PER_CLASS", "REWRITE_COST", "Records", "apply_calibration",
+__all__ = ["MIN_PER_CLASS", "REWRITE_ALPHA", "REWRITE_COST", "Records", "apply_calibration",
            "best_f1_threshold", "finite_or_none", "fit_calibrations", "fit_policy",
            "format_fit", "gold_matrix", "load_records", "net_benefit_threshold", "outcomes",
            "policy_matrix", "positive_support", "predicate_samples", "proxy_targets",
-           "strongest"]
+           "rewrite_p_value", "strongest"]
