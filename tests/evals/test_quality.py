@@ -375,10 +375,16 @@ def test_a_fit_with_no_worthwhile_rewrite_turns_rewrites_off(grounded, tmp_path,
         main(["eval", "quality", "fit", "--run", str(grounded), "--out", str(tmp_path),
               "--rewrite-cost", "inf"])
     assert "must be a finite number" in capsys.readouterr().err
+    for bad in ("0", "1.5", "nan"):
+        with pytest.raises(SystemExit):
+            main(["eval", "quality", "fit", "--run", str(grounded), "--out", str(tmp_path),
+                  "--rewrite-alpha", bad])
+        assert "--rewrite-alpha: must be in (0, 1]" in capsys.readouterr().err
     path = tmp_path / "calibration-minimal.json"
     doc = json.loads(path.read_text())
     assert doc["thresholds"]["over_refusal"] is None
     assert doc["thresholds"]["rewrite_cost"] == 1000.0
+    assert doc["thresholds"]["rewrite_alpha"] == 0.05
     assert "over-refusal **off**" in path.with_suffix(".md").read_text()
     assert load_calibration(path).thresholds["over_refusal"] is None
     backend = _backend()
