@@ -43,7 +43,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
 
     for path in fit_calibrations(args.run, args.policies, args.out, split=args.split,
                                  rewrite_cost=args.rewrite_cost,
-                                rewrite_alpha=args.rewrite_alpha):
+                                 rewrite_alpha=args.rewrite_alpha):
         print(path.with_suffix(".md").read_text(encoding="utf-8"))
         print(f"calibration file: {path}\n")
     return 0
@@ -115,7 +115,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
         paths = fit_calibrations(args.from_run, policies, args.out, split="dev",
                                  rewrite_cost=args.rewrite_cost,
-                                rewrite_alpha=args.rewrite_alpha)
+                                 rewrite_alpha=args.rewrite_alpha)
     else:
         paths = calibrate_model(cfg, policies, Path(args.out),
                                 work=Path(args.work) if args.work else None,

@@ -351,6 +351,7 @@ def fit_policy(recs: Records, policy_name: str, rewrite_cost: float = REWRITE_CO
     t_o, net_o = net_benefit_threshold(y_o & open_, np.where(open_, o, -np.inf), harm,
                                        rewrite_cost, rewrite_alpha)
     fired = (o >= t_o) & open_ if t_o is not None else np.zeros(o.shape, dtype=bool)
+    fixed, unlocked = int((fired & y_o).sum()), int((fired & harm).sum())
     # What the plain net benefit (no significance test) would pick, so a file says what
     # the test turned off.
     t_any, net_any = net_benefit_threshold(y_o & open_, np.where(open_, o, -np.inf), harm,
@@ -383,11 +384,9 @@ def fit_policy(recs: Records, policy_name: str, rewrite_cost: float = REWRITE_CO
                        "rewrite_alpha": rewrite_alpha,
                        "f1_unsafe": finite_or_none(f1_u),
                        "net_benefit_over_refusal": net_o,
-                       "over_refusal_fixed": int((fired & y_o).sum()),
-                       "unsafe_prompt_pairs_rewritten": int((fired & harm).sum()),
-                       "rewrite_p_value": rewrite_p_value(int((fired & y_o).sum()),
-                                                          int((fired & harm).sum()),
-                                                          rewrite_cost),
+                       "over_refusal_fixed": fixed,
+                       "unsafe_prompt_pairs_rewritten": unlocked,
+                       "rewrite_p_value": rewrite_p_value(fixed, unlocked, rewrite_cost),
                        "untested": {"over_refusal": t_any, "net_benefit": net_any,
                                     "over_refusal_fixed": any_fixed,
                                     "unsafe_prompt_pairs_rewritten": any_unlocked,
