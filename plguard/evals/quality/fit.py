@@ -348,16 +348,21 @@ def fit_policy(recs: Records, policy_name: str, rewrite_cost: float = REWRITE_CO
     # count for or against a rewrite.
     open_ = u < t_u
     harm = np.array([r["label"] == "unsafe" for r in recs.rows], dtype=bool) & open_
-    t_o, net_o = net_benefit_threshold(y_o & open_, np.where(open_, o, -np.inf), harm,
-                                       rewrite_cost, rewrite_alpha)
-    fired = (o >= t_o) & open_ if t_o is not None else np.zeros(o.shape, dtype=bool)
-    fixed, unlocked = int((fired & y_o).sum()), int((fired & harm).sum())
+    y_open, o_open = y_o & open_, np.where(open_, o, -np.inf)
+
+    def rewrites(t: float | None) -> tuple[int, int]:
+        """(over-refusals fixed, pairs of unsafe prompts rewritten) at threshold ``t``."""
+        if t is None:
+            return 0, 0
+        fired = o_open >= t
+        return int((fired & y_open).sum()), int((fired & harm).sum())
+
+    t_o, net_o = net_benefit_threshold(y_open, o_open, harm, rewrite_cost, rewrite_alpha)
+    fixed, unlocked = rewrites(t_o)
     # What the plain net benefit (no significance test) would pick, so a file says what
     # the test turned off.
-    t_any, net_any = net_benefit_threshold(y_o & open_, np.where(open_, o, -np.inf), harm,
-                                           rewrite_cost, alpha=1.0)
-    any_fired = (o >= t_any) & open_ if t_any is not None else np.zeros(o.shape, bool)
-    any_fixed, any_unlocked = int((any_fired & y_o).sum()), int((any_fired & harm).sum())
+    t_any, net_any = net_benefit_threshold(y_open, o_open, harm, rewrite_cost, alpha=1.0)
+    any_fixed, any_unlocked = rewrites(t_any)
     m = recs.manifest
     return {
         "format": FORMAT, "created": now_iso(), "policy": policy.id,
