@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -128,24 +129,26 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _float_arg(name: str, ok: Callable[[float], bool], what: str) -> Callable[[str], float]:
+    """An argparse type: a float for which ``ok`` holds, else "must be ``what``"."""
+    def parse(v: str) -> float:
+        x = float(v)
+        if not ok(x):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {v!r}")
+        return x
+    parse.__name__ = name  # argparse names it when float() fails: "invalid cost value"
+    return parse
+
+
 def _add_rewrite_cost(p: argparse.ArgumentParser) -> None:
     from plguard.evals.quality.fit import REWRITE_ALPHA, REWRITE_COST
 
-    def cost(v: str) -> float:
-        x = float(v)
-        if not (math.isfinite(x) and x >= 0):
-            raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {v!r}")
-        return x
+    cost = _float_arg("cost", lambda x: math.isfinite(x) and x >= 0, "a finite number >= 0")
     p.add_argument("--rewrite-cost", type=cost, default=REWRITE_COST, metavar="C",
                    help="What rewriting the refusal of an unsafe prompt costs, in fixed "
                    "over-refusals, when fitting the over-refusal threshold (default "
                    f"{REWRITE_COST:g}); where no threshold gains, rewrites are off.")
-
-    def alpha(v: str) -> float:
-        x = float(v)
-        if not 0 < x <= 1:
-            raise argparse.ArgumentTypeError(f"must be in (0, 1], got {v!r}")
-        return x
+    alpha = _float_arg("alpha", lambda x: 0 < x <= 1, "in (0, 1]")
     p.add_argument("--rewrite-alpha", type=alpha, default=REWRITE_ALPHA, metavar="A",
                    help="Rewrites are switched on only where the fitting data show their gain "
                    "at this significance (one-sided exact binomial test against break-even; "
