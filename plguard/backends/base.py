@@ -3,9 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
 
 from plguard.types import Chat, Generation, GenerationParams, TFRequest, TFScore
+
+
+@dataclass(frozen=True, slots=True)
+class StatedScores:
+    """One :class:`TFRequest`'s scores and the hidden states learned heads read.
+
+    ``answer_states``: ``[n_suffixes, n_layers, d]`` float32, each suffix's state at its
+    last token; ``prefix_state``: ``[n_layers, d]``, the prefix's at its last token (None
+    without a prefix or when no layers were asked for). Backends that can return hidden
+    states offer ``true_false_states(requests, layers) -> list[StatedScores]``.
+    """
+
+    scores: list[TFScore]
+    answer_states: Any = None
+    prefix_state: Any = None
 
 
 @runtime_checkable

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from plguard.backends._text import TokenizerText
+from plguard.backends.base import StatedScores
 from plguard.errors import BackendError, ModelError
 from plguard.models import resolve_model_path
 from plguard.types import Chat, Generation, GenerationParams, TFRequest, TFScore
@@ -212,31 +213,60 @@ class TransformersBackend(TokenizerText):
 
     def true_false_logprobs(self, requests: Sequence[TFRequest]) -> list[list[TFScore]]:
         """Score every suffix of each request after its once-forwarded shared prefix."""
+        return [r.scores for r in self.true_false_states(requests, ())]
+
+    @property
+    def n_layers(self) -> int:
+        """Decoder layers: hidden state ``i`` (0 = embeddings) exists for 0..n_layers."""
+        return int(self.model.config.num_hidden_layers)
+
+    def true_false_states(self, requests: Sequence[TFRequest], layers: Sequence[int]
+                          ) -> list[StatedScores]:
+        """:meth:`true_false_logprobs` plus the hidden states learned heads read.
+
+        For each request: every suffix's hidden state at its last token (the answer
+        position, where True/False would come next) and the prefix's at its last token
+        (the end of the data: a read with no question), at each of ``layers`` (0 is the
+        embedding output). Same forwards and token ids as the scores, so they come at the
+        cost of keeping a few vectors. With ``layers`` empty no state is kept.
+        """
         import torch
 
+        bad = [x for x in layers if not 0 <= x <= self.n_layers]
+        if bad:
+            raise BackendError(f"hidden-state layers {bad} out of range for {self.model_id} "
+                               f"(0..{self.n_layers})")
         results = []
         try:
             with torch.inference_mode():
                 for req in requests:
-                    results.append(self._score_shared(req))
+                    results.append(self._score_shared(req, tuple(layers)))
         except RuntimeError as exc:
             raise BackendError(f"grounding forward failed on {self.model_id}: {exc}; "
                                f"{_ADVICE}") from exc
         return results
 
-    def _score_shared(self, req: TFRequest) -> list[TFScore]:
+    def _score_shared(self, req: TFRequest, layers: tuple[int, ...] = ()) -> StatedScores:
+        import numpy as np
         import torch
 
         prefix, suffixes, truncated = self.request_ids(req)
-        if not suffixes:
-            return []
         ids_tf = self.answer_ids(req.answers)
+        want = bool(layers)
+        if not suffixes and not want:
+            return StatedScores([], None, None)
         if not prefix:  # nothing to cache: every question is scored on its own ids
-            return [self._score_ids(s, truncated, ids_tf) for s in suffixes]
+            rows = [self._score_ids(s, truncated, ids_tf, layers) for s in suffixes]
+            return StatedScores([r.scores[0] for r in rows],
+                                np.stack([r.answer_states[0] for r in rows]) if want and rows
+                                else None, None)
         n_pre = len(prefix)
-        pre = self.model(input_ids=torch.tensor([prefix], device=self.device), use_cache=True)
+        pre = self.model(input_ids=torch.tensor([prefix], device=self.device), use_cache=True,
+                         output_hidden_states=want)
+        pre_state = _states_at_last(pre.hidden_states, layers)[0] if want else None
         base_cache = pre.past_key_values
         scores: list[TFScore] = []
+        answer_states: list[Any] = []
         for start in range(0, len(suffixes), self.tf_batch_size):
             chunk = suffixes[start:start + self.tf_batch_size]
             k, width = len(chunk), max(len(s) for s in chunk)
@@ -257,9 +287,12 @@ class TransformersBackend(TokenizerText):
                              attention_mask=mask.to(self.device),
                              position_ids=pos.to(self.device),
                              past_key_values=_repeat_cache(base_cache, k),
-                             use_cache=True, logits_to_keep=1)
+                             use_cache=True, logits_to_keep=1, output_hidden_states=want)
             scores.extend(self._tf_from_logits(out.logits[:, -1], truncated, ids_tf))
-        return scores
+            if want:
+                answer_states.append(_states_at_last(out.hidden_states, layers))
+        return StatedScores(scores, np.concatenate(answer_states) if answer_states else None,
+                            pre_state)
 
     def true_false_logprobs_naive(self, requests: Sequence[TFRequest]
                                   ) -> list[list[TFScore]]:
@@ -271,15 +304,40 @@ class TransformersBackend(TokenizerText):
             for req in requests:
                 prefix, suffixes, truncated = self.request_ids(req)
                 ids_tf = self.answer_ids(req.answers)
-                out.append([self._score_ids(prefix + s, truncated, ids_tf) for s in suffixes])
+                out.append([self._score_ids(prefix + s, truncated, ids_tf).scores[0]
+                            for s in suffixes])
+        return out
+
+    def true_false_states_naive(self, requests: Sequence[TFRequest], layers: Sequence[int]
+                                ) -> list[StatedScores]:
+        """Reference path of :meth:`true_false_states`: one full forward per sequence."""
+        import numpy as np
+        import torch
+
+        lay = tuple(layers)
+        out = []
+        with torch.inference_mode():
+            for req in requests:
+                prefix, suffixes, truncated = self.request_ids(req)
+                ids_tf = self.answer_ids(req.answers)
+                rows = [self._score_ids(prefix + s, truncated, ids_tf, lay) for s in suffixes]
+                pre = self._score_ids(prefix, truncated, ids_tf, lay) if prefix else None
+                out.append(StatedScores(
+                    [r.scores[0] for r in rows],
+                    np.concatenate([r.answer_states for r in rows]) if rows else None,
+                    pre.answer_states[0] if pre is not None else None))
         return out
 
     def _score_ids(self, ids: list[int], truncated: bool,
-                   ids_tf: tuple[tuple[int, ...], tuple[int, ...]]) -> TFScore:
+                   ids_tf: tuple[tuple[int, ...], tuple[int, ...]],
+                   layers: tuple[int, ...] = ()) -> StatedScores:
         import torch
 
-        res = self.model(input_ids=torch.tensor([ids], device=self.device), logits_to_keep=1)
-        return self._tf_from_logits(res.logits[:, -1], truncated, ids_tf)[0]
+        res = self.model(input_ids=torch.tensor([ids], device=self.device), logits_to_keep=1,
+                         output_hidden_states=bool(layers))
+        return StatedScores(self._tf_from_logits(res.logits[:, -1], truncated, ids_tf),
+                            _states_at_last(res.hidden_states, layers) if layers else None,
+                            None)
 
     def _tf_from_logits(self, logits: torch.Tensor, truncated: bool,
                         ids_tf: tuple[tuple[int, ...], tuple[int, ...]]) -> list[TFScore]:
@@ -290,6 +348,13 @@ class TransformersBackend(TokenizerText):
         lf = torch.logsumexp(lp[:, list(ids_tf[1])], dim=-1).tolist()
         return [TFScore(logprob_true=_finite(a), logprob_false=_finite(b), truncated=truncated)
                 for a, b in zip(lt, lf, strict=True)]
+
+
+def _states_at_last(hidden: Any, layers: tuple[int, ...]) -> Any:
+    """``[batch, len(layers), d]`` float32 numpy: each row's last-token state per layer."""
+    import torch
+
+    return torch.stack([hidden[i][:, -1] for i in layers], dim=1).float().cpu().numpy()
 
 
 def _repeat_cache(cache: Any, k: int) -> Any:
