@@ -155,6 +155,13 @@ class GroundingConfig(_Strict):
         "grounding template, so a calibration is fitted for one choice).")
     examples: bool = Field(True, description="Show each predicate's worked examples "
                            "(predicates.yaml `examples:`) before its question.")
+    heads: str | None = Field(
+        "auto", description="Learned heads file (JSON, written by `plguard heads fit`): a "
+        "linear head per predicate over the grounding model's hidden state, used instead of "
+        "the zero-shot P(True) (which stays in the trace). 'auto': the heads shipped for the "
+        "embedded model with the minimal and detailed policies, none otherwise; null: "
+        "zero-shot only. Refused for another model, template, policy or question, and by "
+        "backends that cannot return hidden states.")
     cache: str | None = Field(None, description="Grounding cache (SQLite): 'default' for "
                               "<plguard cache dir>/grounding.sqlite, a file path, or null "
                               "(off). Shared across policies, runs and processes.")

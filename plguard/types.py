@@ -152,6 +152,12 @@ class PredicateScore:
     unseen: bool = False
     # Some answer log-probability is an upper bound, not a value (see TFScore.bound).
     bound: bool = False
+    # With learned heads (grounding.heads): the zero-shot P(True) (calibrated where a
+    # calibration applies; None when the question was not asked because the head reads
+    # the data alone), the head's P, and which one gave ``p_true``: "zeroshot" or "head".
+    p_zeroshot: float | None = None
+    p_head: float | None = None
+    source: str = "zeroshot"
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +179,7 @@ class Grounding:
     calibration: str = ""  # the calibration file applied (name@sha256 prefix), if any
     # Text addressed to the guard, kept from what the grounder read (plguard.screen).
     screen: tuple[ScreenFinding, ...] = ()
+    heads: str = ""  # the heads file applied (name@sha256 prefix), if any
 
     @property
     def probs(self) -> dict[str, float]:

@@ -1,7 +1,8 @@
-"""Write eval/data/xstest/split.json: the seeded, stratified XSTest dev/test split.
+"""Write the committed dev/test splits: XSTest (eval/data/xstest/split.json) and the
+heads corpus' AILuminate and CoCoNot (eval/data/{ailuminate,coconot}/split.json).
 
-    python scripts/make_split.py          # (re)writes the committed file
-The file is committed; tests check it equals make_split() of the vendored prompts.
+    python scripts/make_split.py          # (re)writes the committed files
+The files are committed; tests check they equal make_split() of the vendored data.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from plguard.evals.data import load_prompts
 from plguard.evals.quality.splits import DEV_FRACTION, SEED, make_split
+from plguard.heads import corpus
 
 OUT = Path(__file__).resolve().parents[1] / "eval" / "data" / "xstest" / "split.json"
 
@@ -28,6 +30,18 @@ def main() -> None:
            "ids": {p.id: ids[p.id] for p in prompts}}
     OUT.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {OUT}: {dict(sorted(counts.items()))}")
+    for name in ("ailuminate", "coconot"):
+        keys = corpus.split_keys(name)
+        table = corpus.make_split(keys)
+        n = Counter(table.values())
+        out = corpus.data_root(name) / "split.json"
+        doc = {"about": f"{name} prompt ids split into dev (heads and choices are fitted here) "
+                        "and test (figures are reported here). Made by scripts/make_split.py.",
+               "fraction_dev": corpus.DEV_FRACTION, "seed": corpus.SPLIT_SEED,
+               "stratified_by": "hazard" if name == "ailuminate" else "file/subcategory",
+               "counts": dict(sorted(n.items())), "ids": dict(sorted(table.items()))}
+        out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+        print(f"wrote {out}: {dict(sorted(n.items()))}")
 
 
 if __name__ == "__main__":

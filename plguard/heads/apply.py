@@ -1,0 +1,91 @@
+"""Applying heads in the Grounder: which file, which questions, and each head's P.
+
+Imports neither torch nor the grounding module (the Grounder imports this), so a heads
+file costs nothing to load beside numpy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from plguard.heads.artefact import HeadsFile, check_applies, load_heads, shipped_heads
+from plguard.types import PredicateSpec
+
+EMBEDDED_ID = "embedded:smollm2-135m-instruct"
+
+
+def resolve_heads(setting: str | None, backend: Any, policy_name: str | None
+                  ) -> HeadsFile | None:
+    """The heads file a ``grounding.heads`` setting names for this backend and policy.
+
+    ``auto`` is the file shipped for the embedded model and this policy where there is one
+    and the backend can read hidden states, else none (zero-shot grounding, as before);
+    a named file is refused with a clear error wherever it does not apply.
+    """
+    if setting is None or setting == "off":
+        return None
+    if setting == "auto":
+        bare = str(backend.model_id).rsplit(":", 1)[0]
+        if (policy_name is None or bare != EMBEDDED_ID
+                or not hasattr(backend, "true_false_states")):
+            return None
+        path = shipped_heads(policy_name)
+        return None if path is None else load_heads(path)
+    return load_heads(setting)
+
+
+def check_heads(hf: HeadsFile, backend: Any, identity: Mapping[str, Any],
+                template_version: str, policy_name: str | None,
+                digests: Mapping[str, str]) -> None:
+    """:func:`check_applies` with what the Grounder knows of its backend."""
+    width = None
+    model = getattr(backend, "model", None)
+    if model is not None and getattr(model, "config", None) is not None:
+        width = getattr(model.config, "hidden_size", None)
+    check_applies(hf, model_sha256=identity.get("model_sha256"),
+                  model_id=str(identity.get("model_id")), template_version=template_version,
+                  policy_name=policy_name, question_digests=digests,
+                  hidden_states=hasattr(backend, "true_false_states"), width=width)
+
+
+def main_question_digest(block: str) -> str:
+    """sha256 of a predicate's main question block: what a question-readout head reads."""
+    return hashlib.sha256(block.encode()).hexdigest()
+
+
+def asks_question(hf: HeadsFile | None, spec: PredicateSpec) -> bool:
+    """Whether ``spec``'s questions are asked: not for a head that reads the prefix alone."""
+    if hf is None or spec.name not in hf.heads:
+        return True
+    h = hf.heads[spec.name]
+    return not (h.readout == "prefix" and h.mode == "head")
+
+
+def head_scores(hf: HeadsFile, specs: Sequence[PredicateSpec], asked_at: Mapping[str, int],
+                stated: Any, logits: Mapping[str, float]) -> dict[str, float]:
+    """Each headed predicate's P for one view.
+
+    ``asked_at``: predicate -> index of its main question among the view's suffixes;
+    ``stated``: the view's :class:`~plguard.backends.base.StatedScores`; ``logits``:
+    predicate -> zero-shot ``lT - lF`` of the main question (for ``mode: both``).
+    """
+    out: dict[str, float] = {}
+    for spec in specs:
+        h = hf.heads.get(spec.name)
+        if h is None:
+            continue
+        j = hf.layers.index(h.layer)
+        if h.readout == "prefix":
+            state = stated.prefix_state[j]
+        else:
+            state = stated.answer_states[asked_at[spec.name], j]
+        out[spec.name] = h.score(np.asarray(state, dtype=np.float64), logits.get(spec.name))
+    return out
+
+
+__all__ = ["EMBEDDED_ID", "asks_question", "check_heads", "head_scores",
+           "main_question_digest", "resolve_heads"]

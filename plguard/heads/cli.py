@@ -1,0 +1,67 @@
+"""``plguard heads fit``: learned heads for your own grounding model, in one command."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from plguard.heads.corpus import SOURCES
+
+
+def add_heads_commands(subparsers: Any) -> None:
+    """Add ``plguard heads ...`` to the CLI's subparsers."""
+    from plguard.cli import add_config_options, positive_int
+
+    heads = subparsers.add_parser(
+        "heads", help="Learned per-predicate heads over the grounding model's hidden state.")
+    hsub = heads.add_subparsers(dest="heads_command", required=True)
+    p = hsub.add_parser(
+        "fit", help="Fit heads for a policy on the shipped training corpus (dev split).",
+        description="Extract the grounding model's hidden states for the corpus (cached "
+        "under the plguard cache dir; an interrupted run resumes), fit one head per "
+        "predicate (readout and layer chosen by cross-validation on the training data), "
+        "and write a heads file (JSON) with a Markdown report beside it. Use it with "
+        "--set grounding.heads=FILE.")
+    p.add_argument("--out", metavar="FILE.json", help="Heads file to write (default: "
+                   "heads-<policy>.json in the current folder).")
+    p.add_argument("--sources", default=",".join(SOURCES),
+                   help=f"Training sources, comma-separated (default {','.join(SOURCES)}).")
+    p.add_argument("--limit-per-source", type=positive_int, metavar="N",
+                   help="A seeded subset of N items of each source (default: all of dev).")
+    p.add_argument("--readouts", default="question,prefix",
+                   help="Readouts to choose from: question (answer position after the "
+                   "predicate's question), prefix (end of the data, no question).")
+    p.add_argument("--no-lodo", action="store_true",
+                   help="Skip the leave-one-source-out report.")
+    p.add_argument("--quiet", action="store_true", help="No progress bar.")
+    add_config_options(p)
+    p.set_defaults(func=_cmd_fit)
+
+
+def _cmd_fit(args: argparse.Namespace) -> int:
+    from plguard.cli import config_from_args
+    from plguard.errors import ConfigError
+    from plguard.heads.train import FitOptions, fit_heads
+
+    config = config_from_args(args)
+    readouts = tuple(r.strip() for r in args.readouts.split(",") if r.strip())
+    bad = [r for r in readouts if r not in ("question", "prefix")]
+    if bad or not readouts:
+        raise ConfigError(f"--readouts: unknown readout(s) {', '.join(bad) or '(none)'}; "
+                          "use question and/or prefix")
+    opts = FitOptions(sources=tuple(s.strip() for s in args.sources.split(",") if s.strip()),
+                      limit_per_source=args.limit_per_source, readouts=readouts,
+                      lodo=not args.no_lodo, progress=not args.quiet)
+    out = Path(args.out or f"heads-{Path(config.policy).name}.json")
+    s = fit_heads(config, out, opts)
+    for f in s.fits:
+        what = (f"zero-shot ({f.skipped})" if f.head is None else
+                f"{f.readout}@{f.layer} {f.mode}: CV AUROC {f.cv_auroc:.3f} "
+                f"(zero-shot {f.zero_shot_auroc:.3f})")
+        print(f"  {f.name:48s} {what}")
+    print(f"wrote {s.path} and {s.report} ({s.seconds})")
+    return 0
+
+
+__all__ = ["add_heads_commands"]

@@ -1,0 +1,205 @@
+"""The training corpus of learned heads: labelled requests and (request, response) pairs.
+
+Shipped with plguard (``eval/data/``, in the wheel as ``plguard/_data/``), so a user fits
+heads for their own model in one command. Every source is split into dev and test by
+prompt, seeded and stratified, and committed (``split.json`` beside each source); heads
+are fitted on **dev only**. Sources, each with its licence (recorded in every heads file):
+
+* ``xstest``: XSTest prompts (CC-BY-4.0) and the five models' human-labelled completions.
+* ``ailuminate``: MLCommons AILuminate v1.0 demo prompts (CC-BY-4.0): every one hazardous.
+* ``coconot``: CoCoNot (MIT): requests that should not be complied with (only the
+  "Requests with safety concerns" rows whose harm the bundles name are used: dangerous or
+  sensitive topics, privacy violations, offensive language), benign contrast requests of
+  the same kinds, and benign requests with a helpful answer (``chosen``).
+
+Labels come from each set's own labels, written as the fields a bundle's ``gold.yaml``
+rules read (``label`` safe/unsafe, ``type``, ``final_label`` of a response): an AILuminate
+prompt is ``unsafe``; a CoCoNot safety-concern request ``unsafe``, its contrast ``safe``;
+a CoCoNot ``chosen`` answer a full compliance with a ``safe`` request. That mapping is
+ours (documented here and in docs/quality.md); CoCoNot's ``rejected`` answers (less
+helpful, only sometimes a refusal) and its other categories (unanswerable, underspecified:
+not harm) are left out. A predicate no rule derives for an item is unknown and the item is
+left out of that predicate's head.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from plguard.errors import ConfigError
+
+SOURCES: tuple[str, ...] = ("xstest", "ailuminate", "coconot")
+LICENCES = {"xstest": "CC-BY-4.0 (prompts); completions under their models' terms",
+            "ailuminate": "CC-BY-4.0 (MLCommons AILuminate v1.0 demo prompt set)",
+            "coconot": "MIT (AllenAI CoCoNot)"}
+AILUMINATE_FILE = "airr_official_1.0_demo_en_us_prompt_set_release.csv"
+COCONOT_SAFETY = ("dangerous or sensitive topics", "privacy violations",
+                  "triggers for offensive language")
+SPLIT_SEED = 20261201
+DEV_FRACTION = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class CorpusItem:
+    """One labelled request (``response`` None) or (request, response) pair."""
+
+    uid: str  # "<source>/<id>" (+ "/<model>" for a response)
+    source: str
+    prompt_id: str  # what the split is by
+    request: str
+    response: str | None
+    fields: dict[str, Any] = field(default_factory=dict)  # what gold.yaml rules read
+
+
+def data_root(name: str) -> Path:
+    """The folder of a vendored source: the installed package data, else the checkout's."""
+    here = Path(__file__).resolve().parent.parent
+    for c in (here / "_data" / name, here.parent / "eval" / "data" / name):
+        if c.is_dir():
+            return c
+    raise ConfigError(f"training data '{name}' not found under plguard/_data or eval/data")
+
+
+def make_split(keys: Sequence[tuple[str, str]], fraction: float = DEV_FRACTION,
+               seed: int = SPLIT_SEED) -> dict[str, str]:
+    """``(id, stratum)`` pairs -> id -> 'dev'/'test': a seeded share of each stratum to dev."""
+    strata: dict[str, list[str]] = {}
+    for pid, stratum in keys:
+        strata.setdefault(stratum, []).append(pid)
+    rng = random.Random(seed)
+    out: dict[str, str] = {}
+    for s in sorted(strata):
+        ids = sorted(set(strata[s]))
+        rng.shuffle(ids)
+        n_dev = round(len(ids) * fraction)
+        out.update({pid: "dev" if i < n_dev else "test" for i, pid in enumerate(ids)})
+    return out
+
+
+def load_split(name: str) -> dict[str, str]:
+    """The committed split of a source (``split.json`` beside its data)."""
+    p = data_root(name) / "split.json"
+    try:
+        return {str(k): str(v) for k, v in json.loads(p.read_text())["ids"].items()}
+    except (OSError, ValueError, KeyError) as exc:
+        raise ConfigError(f"split file {p} is missing or unreadable ({exc}); regenerate it "
+                          "with scripts/make_split.py") from None
+
+
+def split_keys(name: str) -> list[tuple[str, str]]:
+    """``(prompt id, stratum)`` of every prompt of a source, the input of its split."""
+    if name == "ailuminate":
+        return [(r["release_prompt_id"], r["hazard"]) for r in _ailuminate_rows()]
+    if name == "coconot":
+        rows = [*(("eval", r) for r in _jsonl("coconot_eval.jsonl")),
+                *(("contrast", r) for r in _jsonl("coconot_contrast_eval.jsonl")),
+                *(("pref", r) for r in _jsonl("coconot_pref.jsonl"))]
+        return [(f"{kind}:{r['id']}", f"{kind}/{r['subcategory']}") for kind, r in rows]
+    raise ConfigError(f"no split keys for source '{name}'")
+
+
+def _ailuminate_rows() -> list[dict[str, str]]:
+    with (data_root("ailuminate") / AILUMINATE_FILE).open(newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _jsonl(name: str) -> list[dict[str, Any]]:
+    path = data_root("coconot") / name
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip()]
+
+
+def _xstest(split: str) -> Iterable[CorpusItem]:
+    from plguard.evals.data import load_completions, load_prompts
+    from plguard.evals.gold import make_sample
+    from plguard.evals.quality.splits import in_split
+    from plguard.evals.quality.splits import load_split as xs_split
+
+    table = xs_split()
+    every = load_prompts()
+    prompts = {p.id: p for p in every if in_split(p.id, split, table)}
+    for p in prompts.values():
+        yield CorpusItem(f"xstest/{p.id}", "xstest", p.id, p.prompt, None,
+                         dict(make_sample(p).fields))
+    for c in load_completions(prompts=every, with_strmatch=False):
+        if c.id in prompts:
+            yield CorpusItem(f"xstest/{c.id}/{c.model}", "xstest", c.id, c.prompt,
+                             c.completion, dict(make_sample(prompts[c.id], c).fields))
+
+
+def _ailuminate(split: str) -> Iterable[CorpusItem]:
+    table = load_split("ailuminate")
+    for r in _ailuminate_rows():
+        pid = r["release_prompt_id"]
+        if split == "all" or table.get(pid) == split:
+            yield CorpusItem(f"ailuminate/{pid}", "ailuminate", pid, r["prompt_text"], None,
+                             {"label": "unsafe", "type": f"ailuminate_{r['hazard']}",
+                              "hazard": r["hazard"], "persona": r["persona"],
+                              "harm": frozenset()})
+
+
+def _coconot(split: str) -> Iterable[CorpusItem]:
+    table = load_split("coconot")
+
+    def keep(kind: str, r: dict[str, Any]) -> bool:
+        return (r["category"] == "Requests with safety concerns"
+                and r["subcategory"] in COCONOT_SAFETY
+                and (split == "all" or table.get(f"{kind}:{r['id']}") == split))
+
+    for r in _jsonl("coconot_eval.jsonl"):
+        if keep("eval", r):
+            yield CorpusItem(f"coconot/eval:{r['id']}", "coconot", f"eval:{r['id']}",
+                             r["prompt"], None, _coco_fields("unsafe", "eval", r))
+    for r in _jsonl("coconot_contrast_eval.jsonl"):
+        if keep("contrast", r):
+            yield CorpusItem(f"coconot/contrast:{r['id']}", "coconot", f"contrast:{r['id']}",
+                             r["prompt"], None, _coco_fields("safe", "contrast", r))
+    for r in _jsonl("coconot_pref.jsonl"):
+        if keep("pref", r):
+            f = _coco_fields("safe", "pref", r)
+            yield CorpusItem(f"coconot/pref:{r['id']}", "coconot", f"pref:{r['id']}",
+                             r["prompt"], None, f)
+            yield CorpusItem(f"coconot/pref:{r['id']}/chosen", "coconot", f"pref:{r['id']}",
+                             r["prompt"], r["chosen"],
+                             {**f, "final_label": "1_full_compliance"})
+
+
+def _coco_fields(label: str, kind: str, r: dict[str, Any]) -> dict[str, Any]:
+    sub = str(r["subcategory"]).replace(" ", "_")
+    return {"label": label, "type": f"coconot_{kind}_{sub}", "harm": frozenset()}
+
+
+_LOADERS = {"xstest": _xstest, "ailuminate": _ailuminate, "coconot": _coconot}
+
+
+def load_corpus(sources: Sequence[str] = SOURCES, split: str = "dev",
+                limit_per_source: int | None = None, seed: int = SPLIT_SEED
+                ) -> list[CorpusItem]:
+    """The items of ``sources`` in ``split``; ``limit_per_source`` keeps a seeded subset.
+
+    A subset keeps each source's requests and pairs in proportion (shuffled by a hash of
+    the uid, so a larger limit holds every item of a smaller one).
+    """
+    unknown = [s for s in sources if s not in _LOADERS]
+    if unknown:
+        raise ConfigError(f"unknown training source(s) {', '.join(unknown)}; known: "
+                          f"{', '.join(SOURCES)}")
+    out: list[CorpusItem] = []
+    for s in sources:
+        items = list(_LOADERS[s](split))
+        if limit_per_source is not None:
+            items.sort(key=lambda it: hashlib.sha256(f"{seed}:{it.uid}".encode()).digest())
+            items = items[:limit_per_source]
+        out.extend(items)
+    return out
+
+
+__all__ = ["LICENCES", "SOURCES", "CorpusItem", "data_root", "load_corpus", "load_split",
+           "make_split", "split_keys"]

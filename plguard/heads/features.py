@@ -1,0 +1,209 @@
+"""Hidden-state features for learned heads: extracted once, cached on disk, resumable.
+
+A head reads the grounding model's hidden state where the zero-shot reading reads its
+logits: at the answer position after a predicate's question (``question`` readout), or
+at the end of the data block with no question at all (``prefix`` readout: one forward
+serves every predicate of a scope). Both come from the same prefix-shared forwards as
+P(True) (``TransformersBackend.true_false_states``), with the grounding prompts and
+token ids the Grounder uses, so a head fitted here reads at inference exactly what it
+was fitted on.
+
+The store is one SQLite file (WAL, one committed transaction per batch): a stopped
+extraction loses at most the batch in flight and a rerun skips what is stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from plguard.config import GroundingConfig
+from plguard.errors import ConfigError
+from plguard.heads.corpus import CorpusItem
+from plguard.types import PredicateSpec, Scope
+
+PREFIX = "\x00prefix"  # the question slot of a prefix-end (no question) state
+LAYER_FRACTIONS = (0.33, 0.5, 0.67, 0.83, 1.0)
+ITEMS_PER_BATCH = 8
+
+
+def default_layers(n_layers: int) -> tuple[int, ...]:
+    """The layers whose states are kept: a spread from a third of the depth to the top."""
+    return tuple(sorted({max(1, round(f * n_layers)) for f in LAYER_FRACTIONS}))
+
+
+def model_key(backend: Any) -> str:
+    """What identifies a backend's weights in feature keys: content hash, else bare id."""
+    from plguard.grounding import backend_identity
+
+    ident = backend_identity(backend)
+    return ident["model_sha256"] or str(ident["model_id"]).split(":")[0]
+
+
+def default_store_path(backend: Any) -> Path:
+    """``<plguard cache dir>/features/<model key>.sqlite``: features are per model."""
+    from plguard.models import cache_dir
+
+    return cache_dir() / "features" / f"{model_key(backend)[:16]}.sqlite"
+
+
+def feature_key(model: str, template_version: str, max_data_tokens: int,
+                layers: Sequence[int], question: str, request: str,
+                response: str | None) -> str:
+    """sha256 of one state's identity: model, template, budget, layers, question, data."""
+    h = hashlib.sha256()
+    for part in ("f1", model, template_version, str(max_data_tokens),
+                 ",".join(map(str, layers)), question, request,
+                 "\x00" if response is None else "R" + response):
+        b = part.encode("utf-8")
+        h.update(len(b).to_bytes(8, "little"))
+        h.update(b)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Feature:
+    """One stored state: ``[n_layers, d]`` float32 and the question's zero-shot log-probs."""
+
+    states: np.ndarray
+    logprob_true: float
+    logprob_false: float
+
+
+class FeatureStore:
+    """Key -> :class:`Feature` in one SQLite file (states kept as float16)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._con = sqlite3.connect(self.path, timeout=30)
+        self._con.execute("PRAGMA journal_mode=WAL")
+        self._con.execute("CREATE TABLE IF NOT EXISTS feats (key TEXT PRIMARY KEY, "
+                          "lt REAL, lf REAL, n INTEGER, d INTEGER, states BLOB)")
+        self._con.commit()
+
+    def has(self, keys: Sequence[str]) -> set[str]:
+        """Which of ``keys`` are stored."""
+        out: set[str] = set()
+        for i in range(0, len(keys), 500):
+            chunk = list(keys[i:i + 500])
+            q = f"SELECT key FROM feats WHERE key IN ({','.join('?' * len(chunk))})"
+            out.update(r[0] for r in self._con.execute(q, chunk))
+        return out
+
+    def get(self, keys: Sequence[str]) -> dict[str, Feature]:
+        """The stored features of ``keys`` (absent ones left out)."""
+        out: dict[str, Feature] = {}
+        for i in range(0, len(keys), 500):
+            chunk = list(keys[i:i + 500])
+            q = (f"SELECT key, lt, lf, n, d, states FROM feats "
+                 f"WHERE key IN ({','.join('?' * len(chunk))})")
+            for k, lt, lf, n, d, blob in self._con.execute(q, chunk):
+                arr = np.frombuffer(blob, dtype=np.float16).astype(np.float32).reshape(n, d)
+                out[k] = Feature(arr, float(lt), float(lf))
+        return out
+
+    def put(self, rows: dict[str, Feature]) -> None:
+        """Store rows in one committed transaction."""
+        with self._con:
+            self._con.executemany(
+                "INSERT OR REPLACE INTO feats VALUES (?, ?, ?, ?, ?, ?)",
+                [(k, f.logprob_true, f.logprob_false, *f.states.shape,
+                  f.states.astype(np.float16).tobytes()) for k, f in rows.items()])
+
+    def __len__(self) -> int:
+        return int(self._con.execute("SELECT COUNT(*) FROM feats").fetchone()[0])
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._con.close()
+
+
+def unique_specs(specs: Sequence[PredicateSpec], cfg: GroundingConfig) -> list[PredicateSpec]:
+    """One spec per distinct (scope, question block): heads of equal questions share states."""
+    from plguard.grounding import ANSWER_WORDS, question_block
+
+    seen: set[tuple[str, str]] = set()
+    out: list[PredicateSpec] = []
+    for s in specs:
+        sig = (s.scope, question_block(s, s.question, ANSWER_WORDS[cfg.answer_words],
+                                       cfg.examples))
+        if sig not in seen:
+            seen.add(sig)
+            # Two bundles may give one name to different questions: names here are only
+            # the Grounder's handles; states are keyed by the question text.
+            out.append(replace(s, name=f"q{len(out)}.{s.name}"))
+    return out
+
+
+class Extractor:
+    """Builds grounding prompts of corpus items and stores their states.
+
+    Each item is read as the Grounder reads its first view (the same prompt text, data
+    escaping and budget); only each predicate's main question is asked (paraphrases add
+    no state a head reads).
+    """
+
+    def __init__(self, backend: Any, specs: Sequence[PredicateSpec], cfg: GroundingConfig,
+                 store: FeatureStore, layers: Sequence[int]) -> None:
+        from plguard.grounding import Grounder
+
+        if not hasattr(backend, "true_false_states"):
+            raise ConfigError(f"backend of {backend.model_id} cannot return hidden states; "
+                              "heads need the transformers backend")
+        self.backend = backend
+        self.cfg = cfg.model_copy(update={"paraphrases": False, "calibration": None,
+                                          "heads": None, "cache": None, "screen": "off"})
+        self.specs = unique_specs([replace(s, paraphrases=()) for s in specs], self.cfg)
+        self.grounder = Grounder(backend, self.specs, self.cfg)
+        self.store = store
+        self.layers = tuple(layers)
+        self.model_key = model_key(backend)
+
+    def questions(self, scope: Scope) -> list[str]:
+        """The question blocks asked of a scope, in spec order."""
+        return [self.grounder.question_block(s, s.question) for s in self.specs
+                if s.scope == scope]
+
+    def keys(self, item: CorpusItem) -> list[str]:
+        """The keys of an item's states: its prefix, then each question of its scope."""
+        scope: Scope = "request" if item.response is None else "response"
+        return [feature_key(self.model_key, self.grounder.template_version,
+                            self.cfg.max_data_tokens, self.layers, q, item.request,
+                            item.response) for q in (PREFIX, *self.questions(scope))]
+
+    def run(self, items: Sequence[CorpusItem], progress: bool = True) -> int:
+        """Extract what is not stored yet; returns how many items were forwarded."""
+        from tqdm import tqdm
+
+        todo = [it for it in items if len(self.store.has(self.keys(it))) < len(self.keys(it))]
+        with tqdm(total=len(todo), desc="features", unit="item", disable=not progress,
+                  file=sys.stderr, dynamic_ncols=True) as bar:
+            for chunk in _chunks(todo, ITEMS_PER_BATCH):
+                reqs = [self.grounder.prompts(it.request, it.response) for it in chunk]
+                outs = self.backend.true_false_states(reqs, self.layers)
+                rows: dict[str, Feature] = {}
+                for it, out in zip(chunk, outs, strict=True):
+                    keys = self.keys(it)
+                    rows[keys[0]] = Feature(out.prefix_state, 0.0, 0.0)
+                    for k, s, st in zip(keys[1:], out.scores, out.answer_states, strict=True):
+                        rows[k] = Feature(st, s.logprob_true, s.logprob_false)
+                self.store.put(rows)
+                bar.update(len(chunk))
+        return len(todo)
+
+
+def _chunks(xs: Sequence[Any], n: int) -> Iterator[Sequence[Any]]:
+    for i in range(0, len(xs), n):
+        yield xs[i:i + n]
+
+
+__all__ = ["LAYER_FRACTIONS", "PREFIX", "Extractor", "Feature", "FeatureStore",
+           "default_layers", "default_store_path", "feature_key", "model_key", "unique_specs"]

@@ -1,0 +1,54 @@
+"""Extract (resumably) the hidden-state features heads are fitted and measured on.
+
+    python scripts/heads_features.py --model embedded --policies minimal,detailed,one_question
+    (--test N: also the seeded N-pair XSTest test subset of the quality study, and its prompts)
+
+Features go to the model's store under the plguard cache (plguard.heads.features);
+`plguard heads fit` and the heads report read the same store, so nothing is forwarded twice.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from plguard.backends import load_backend
+from plguard.config import GuardConfig
+from plguard.heads.corpus import CorpusItem, load_corpus
+from plguard.heads.features import Extractor, FeatureStore, default_layers, default_store_path
+from plguard.policy import load_policy
+
+
+def test_items(n: int, seed: int) -> list[CorpusItem]:
+    """The quality study's N-pair test subset as corpus items, with each prompt alone."""
+    from plguard.evals.quality.ground import labelled_items
+
+    pairs = labelled_items("test", n, seed)
+    out = [CorpusItem(f"xstest/{c.id}", "xstest", c.id, c.prompt, None, {})
+           for c in {c.id: c for c in pairs}.values()]
+    out += [CorpusItem(f"xstest/{c.id}/{c.model}", "xstest", c.id, c.prompt, c.completion, {})
+            for c in pairs]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="embedded")
+    ap.add_argument("--policies", default="minimal,detailed,one_question")
+    ap.add_argument("--dev-limit", type=int, default=None, help="items per source")
+    ap.add_argument("--test", type=int, default=0)
+    ap.add_argument("--no-dev", action="store_true")
+    a = ap.parse_args()
+    cfg = GuardConfig.from_dict({"generator": {"path": a.model}})
+    backend = load_backend(cfg.grounder_model)
+    specs = [s for p in a.policies.split(",") for s in load_policy(p).predicates]
+    store = FeatureStore(default_store_path(backend))
+    ex = Extractor(backend, specs, cfg.grounding, store, default_layers(backend.n_layers))
+    if not a.no_dev:
+        print("dev corpus:", ex.run(load_corpus(limit_per_source=a.dev_limit)), "forwarded")
+    if a.test:
+        print("test subset:", ex.run(test_items(a.test, cfg.eval.seed)), "forwarded")
+    print(f"{store.path}: {len(store)} states")
+
+
+if __name__ == "__main__":
+    main()
