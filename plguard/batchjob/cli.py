@@ -50,7 +50,8 @@ def _cmd_batch(args: argparse.Namespace) -> int:
                         progress=not args.no_progress)
     actions = ", ".join(f"{k} {v}" for k, v in sorted(summary.actions.items())) or "-"
     print(f"{summary.output}: {summary.rows} rows, {summary.written} written, "
-          f"{summary.skipped} already done, {summary.errors} errors; actions: {actions}")
+          f"{summary.skipped} already done, {summary.retried} retried after an error, "
+          f"{summary.errors} errors; actions: {actions}")
     return 1 if summary.errors else 0
 
 
@@ -62,7 +63,8 @@ def add_batch_commands(subparsers: Any) -> None:
         "batch", help="Guard a dataset (JSONL, CSV or Parquet) into traces (JSONL or "
         "Parquet); resumable, optionally on Ray.",
         description="Rows with a response are checked; rows without one get a draft from "
-        "the generator first. A rerun skips the rows already in OUTPUT.")
+        "the generator first. A rerun skips the rows already in OUTPUT and retries those "
+        "written with an error.")
     p.add_argument("input", metavar="INPUT", help="Dataset: .jsonl, .ndjson, .csv or .parquet.")
     p.add_argument("output", metavar="OUTPUT", help="Traces: .jsonl or .parquet.")
     p.add_argument("--prompt-column", default="prompt",

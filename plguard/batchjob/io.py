@@ -5,7 +5,8 @@ not text or messages) are named with file and line before any model loads. Outpu
 written as the run goes: a JSONL output *is* the journal (one fsync'd line per row); a
 Parquet output cannot be appended to, so its rows go to ``OUTPUT.partial.jsonl`` first
 and the Parquet file is written (atomically) when the run completes. Either way a
-rerun skips the rows already written.
+rerun skips the rows already written, except rows written with an error: those are
+retried, and the retry replaces the failed row (the finished file holds each id once).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from plguard.errors import InputError, did_you_mean
-from plguard.evals.store import JsonlStore
+from plguard.evals.store import JsonlStore, is_error
 
 INPUT_FORMATS = (".jsonl", ".ndjson", ".csv", ".parquet")
 OUTPUT_FORMATS = (".jsonl", ".parquet")
@@ -136,7 +137,11 @@ class TraceSink:
             if self.path.exists():
                 self.previous = _read_parquet(self.path)
             self.journal = JsonlStore(self.path.with_name(self.path.name + ".partial.jsonl"))
-        self.done = {str(r["id"]) for r in self.previous} | set(self.journal.records)
+        self.done = ({str(r["id"]) for r in self.previous if not is_error(r)}
+                     | {rid for rid in self.journal.records if rid in self.journal})
+        # Rows that failed before: a rerun retries them.
+        self.failed = ({str(r["id"]) for r in self.previous if is_error(r)}
+                       | set(self.journal.failed)) - self.done
 
     def __contains__(self, rid: object) -> bool:
         return rid in self.done
@@ -147,16 +152,22 @@ class TraceSink:
         if rid in self.done:
             return
         self.journal.append(record)
-        self.done.add(rid)
+        if not is_error(record):
+            self.done.add(rid)
 
     def finish(self) -> None:
-        """Write the Parquet file (previous rows + this run's) and drop the journal."""
+        """Write the Parquet file (previous rows + this run's) and drop the journal.
+
+        A retried row replaces its failed one; a JSONL output drops the failed lines.
+        """
         if self.format != ".parquet":
+            self.journal.compact()
             return
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        rows = self.previous + [to_flat(r) for r in self.journal]
+        rows = ([r for r in self.previous if str(r["id"]) not in self.journal.records]
+                + [to_flat(r) for r in self.journal])
         tmp = self.path.with_name(self.path.name + ".tmp")
         pq.write_table(pa.Table.from_pylist(rows), tmp)
         os.replace(tmp, self.path)

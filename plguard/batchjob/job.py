@@ -31,6 +31,7 @@ class BatchSummary:
     output: Path
     rows: int = 0
     skipped: int = 0
+    retried: int = 0  # rows a previous run wrote with an error, guarded again
     written: int = 0
     errors: int = 0
     actions: dict[str, int] = field(default_factory=dict)
@@ -96,6 +97,7 @@ def run_batch(config: GuardConfig, input_path: str | Path, output_path: str | Pa
         summary = BatchSummary(out, rows=len(rows))
         todo = [r for r in rows if r.id not in sink]
         summary.skipped = len(rows) - len(todo)
+        summary.retried = sum(r.id in sink.failed for r in todo)
         if todo:
             _guard_rows(config, todo, sink, summary, ray, progress)
         sink.finish()

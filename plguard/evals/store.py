@@ -3,7 +3,10 @@
 Each record is one line, written with flush + fsync before the next example starts, so
 a killed run loses at most the line being written. Reopening a store cuts a torn last
 line off (it would otherwise glue onto the next append) and indexes finished ids, which
-a rerun skips; duplicate ids (impossible through this class) would keep the first.
+a rerun skips. A record with an ``error`` is not finished: a rerun retries its id and
+appends the new record, which replaces the failed one for every reader (a transient
+backend error must not become a permanent hole). Otherwise duplicate ids (impossible
+through this class) keep the first.
 """
 
 from __future__ import annotations
@@ -21,8 +24,26 @@ from typing import Any
 from plguard.errors import ConfigError
 
 
+def is_error(record: Mapping[str, Any]) -> bool:
+    """Whether ``record`` holds a failure (an ``error`` text) rather than a result."""
+    return bool(record.get("error"))
+
+
+def _keep(records: dict[str, dict[str, Any]], rid: str, rec: dict[str, Any]) -> bool:
+    """Index ``rec`` under ``rid`` unless a finished record is there; True if it replaced one."""
+    old = records.get(rid)
+    if old is not None and not is_error(old):
+        return False
+    records[rid] = rec
+    return old is not None
+
+
 class JsonlStore:
-    """An append-only JSONL file of records keyed by ``id``."""
+    """An append-only JSONL file of records keyed by ``id``.
+
+    ``records`` holds the current record of every id (a retried id: its latest);
+    ``rid in store`` is true only for ids finished without an error.
+    """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -30,6 +51,7 @@ class JsonlStore:
         self.records: dict[str, dict[str, Any]] = {}
         self.bad_lines = 0
         self.torn_bytes = 0
+        self.superseded = 0  # lines of failed records a later line replaced
         self._load()
 
     def _load(self) -> None:
@@ -56,10 +78,16 @@ class JsonlStore:
             if not rid:
                 self.bad_lines += 1
                 continue
-            self.records.setdefault(rid, rec)
+            self.superseded += _keep(self.records, rid, rec)
 
     def __contains__(self, rid: object) -> bool:
-        return rid in self.records
+        rec = self.records.get(rid) if isinstance(rid, str) else None
+        return rec is not None and not is_error(rec)
+
+    @property
+    def failed(self) -> list[str]:
+        """Ids whose current record is an error (a rerun retries them)."""
+        return [rid for rid, r in self.records.items() if is_error(r)]
 
     def __len__(self) -> int:
         return len(self.records)
@@ -68,20 +96,37 @@ class JsonlStore:
         return iter(self.records.values())
 
     def get(self, rid: str) -> dict[str, Any] | None:
-        """The record of ``rid``, if finished."""
+        """The current record of ``rid`` (finished or failed), if any."""
         return self.records.get(rid)
 
     def append(self, record: dict[str, Any]) -> None:
-        """Write one record durably (flush + fsync) and index it."""
+        """Write one record durably (flush + fsync) and index it (it may replace an error)."""
         rid = str(record["id"])
-        if rid in self.records:
+        if rid in self:
             raise ValueError(f"{self.path}: id {rid} is already recorded")
         line = json.dumps(record, ensure_ascii=False, default=_json_default) + "\n"
         with self.path.open("a", encoding="utf-8") as fh:
             fh.write(line)
             fh.flush()
             os.fsync(fh.fileno())
-        self.records[rid] = record
+        self.superseded += _keep(self.records, rid, record)
+
+    def compact(self) -> None:
+        """Rewrite the file with only the current records (atomically), when any line is stale.
+
+        For files people read directly (``plguard batch`` output), so a retried row
+        appears once.
+        """
+        if not self.superseded:
+            return
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with tmp.open("w", encoding="utf-8") as fh:
+            for rec in self.records.values():
+                fh.write(json.dumps(rec, ensure_ascii=False, default=_json_default) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.path)
+        self.superseded = 0
 
 
 @contextmanager
@@ -112,18 +157,30 @@ def _json_default(obj: Any) -> Any:
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """The records of a JSONL file (torn or bad lines skipped), without modifying it."""
+    """The records of a JSONL file (torn or bad lines skipped), without modifying it.
+
+    As in :class:`JsonlStore`, a failed record followed by a retry of its id is replaced by
+    the retry (in the failed one's place), so a resumed run reads as one run.
+    """
     p = Path(path)
     if not p.is_file():
         return []
-    out = []
+    out: list[dict[str, Any]] = []
+    at: dict[str, int] = {}  # id -> index in out
     for line in p.read_text(encoding="utf-8").splitlines():
         try:
             rec = json.loads(line)
         except ValueError:
             continue
-        if isinstance(rec, dict):
-            out.append(rec)
+        if not isinstance(rec, dict):
+            continue
+        rid = str(rec.get("id", ""))
+        if rid and rid in at and is_error(out[at[rid]]):
+            out[at[rid]] = rec
+            continue
+        if rid and rid not in at:
+            at[rid] = len(out)
+        out.append(rec)
     return out
 
 
@@ -278,6 +335,7 @@ __all__ = [
     "config_slice",
     "exclusive",
     "git_commit",
+    "is_error",
     "now_iso",
     "package_versions",
     "read_jsonl",

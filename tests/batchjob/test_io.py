@@ -94,10 +94,26 @@ def test_parquet_sink_journals_then_writes_and_resumes(tmp_path):
     assert [r["id"] for r in rows] == ["1", "2"]
     assert json.loads(rows[0]["predicates"]) == {"a": 0.5} and rows[1]["error"] == "boom"
     third = TraceSink(out)  # a later run with new rows keeps the old ones
-    assert "1" in third and "2" in third
+    assert "1" in third and "2" not in third and third.failed == {"2"}  # "2" is retried
+    third.append(_rec("2"))
     third.append(_rec("3"))
     third.finish()
-    assert [r["id"] for r in pq.read_table(out).to_pylist()] == ["1", "2", "3"]
+    rows = pq.read_table(out).to_pylist()
+    assert [r["id"] for r in rows] == ["1", "2", "3"] and rows[1]["error"] is None
+
+
+def test_jsonl_sink_retries_failed_rows_and_keeps_each_id_once(tmp_path):
+    out = tmp_path / "out.jsonl"
+    sink = TraceSink(out)
+    sink.append(_rec("1", error="transient"))
+    sink.append(_rec("2"))
+    sink.finish()
+    again = TraceSink(out)
+    assert "1" not in again and "2" in again and again.failed == {"1"}
+    again.append(_rec("1"))
+    again.finish()
+    recs = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [(r["id"], r["error"]) for r in recs] == [("1", None), ("2", None)]
 
 
 def test_cli_reports_bad_input_without_a_traceback(tmp_path, capsys):

@@ -540,3 +540,24 @@ def test_type_breakdown_counts_catches_and_the_guards_own_errors():
     md = "\n".join(render_types(list(table.values())))
     assert "| homonyms | safe | 3 | 1/2, 1 |" in md
 
+
+
+def test_fit_counts_pairs_left_out_for_errors_and_reads_retries(grounded, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(grounded, run)
+    lines = (run / "grounding.jsonl").read_text().splitlines()
+    recs = [json.loads(x) for x in lines]
+    dev = [i for i, r in enumerate(recs) if r["split"] == "dev"][:3]
+    for i in dev:  # three pairs failed to ground
+        recs[i] = {**recs[i], "scores": None, "error": "RuntimeError: transient"}
+    failed = [json.dumps(r) for r in recs]
+    (run / "grounding.jsonl").write_text("\n".join(failed) + "\n")
+    (path,) = fit_calibrations(run, ["minimal"], tmp_path / "cal", split="dev")
+    doc = json.loads(path.read_text())
+    assert doc["fitted_on"]["n_left_out_errors"] == 3 and doc["fitted_on"]["n_pairs"] == 117
+    assert "3 pairs left out because their grounding failed" in path.with_suffix(".md").read_text()
+    # a resumed run appends the retries: they replace the failed records
+    (run / "grounding.jsonl").write_text("\n".join(failed + [lines[i] for i in dev]) + "\n")
+    (path,) = fit_calibrations(run, ["minimal"], tmp_path / "cal2", split="dev")
+    doc = json.loads(path.read_text())
+    assert doc["fitted_on"]["n_left_out_errors"] == 0 and doc["fitted_on"]["n_pairs"] == 120

@@ -232,3 +232,41 @@ def test_a_dead_vllm_engine_is_told_apart_from_a_failed_call():
     assert isinstance(dead, BackendDeadError) and "rerun to resume" in str(dead)
     other = _call_error(ValueError("bad prompt"), "grounding", "m")
     assert not isinstance(other, BackendDeadError) and "bad prompt" in str(other)
+
+
+def test_a_failed_example_is_retried_on_resume(tmp_path, six_prompts):
+    bad, state = six_prompts[1].prompt, {"fail": True}
+
+    def reply(chat):
+        if chat[-1].content == bad and state["fail"]:
+            raise RuntimeError("transient backend error")
+        return scripted_reply(chat)
+
+    guard, _ = make_guard(reply)
+    s = _run(guard, tmp_path, six_prompts, scorers=("regex",))
+    assert s.errors["base"] == 1
+    state["fail"] = False  # the backend is back
+    s = _run(guard, tmp_path, six_prompts, scorers=("regex",))
+    assert s.written["base"] == 1 and s.skipped["base"] == 5 and s.errors["base"] == 0
+    base = read_jsonl(tmp_path / "base.jsonl")  # the retry replaces the failed record
+    assert len(base) == 6 and all(r["error"] is None for r in base)
+    store = JsonlStore(tmp_path / "base.jsonl")
+    assert six_prompts[1].id in store and store.superseded == 1 and not store.failed
+
+
+def test_store_indexes_errors_as_not_done(tmp_path):
+    path = tmp_path / "s.jsonl"
+    store = JsonlStore(path)
+    store.append({"id": "a", "error": "boom"})
+    store.append({"id": "b", "error": None, "x": 1})
+    again = JsonlStore(path)
+    assert "a" not in again and "b" in again and again.failed == ["a"]
+    again.append({"id": "a", "error": "boom again"})  # a failed retry may fail again
+    again.append({"id": "a", "error": None, "x": 2})
+    with pytest.raises(ValueError, match="already recorded"):
+        again.append({"id": "a", "error": None})
+    third = JsonlStore(path)
+    assert third.get("a") == {"id": "a", "error": None, "x": 2} and third.superseded == 2
+    assert [r["id"] for r in read_jsonl(path)] == ["a", "b"]
+    third.compact()
+    assert len(path.read_text().splitlines()) == 2 and JsonlStore(path).superseded == 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -46,7 +47,9 @@ def _cmd_fit(args: argparse.Namespace) -> int:
                                  rewrite_cost=args.rewrite_cost,
                                  rewrite_alpha=args.rewrite_alpha):
         print(path.with_suffix(".md").read_text(encoding="utf-8"))
-        print(f"calibration file: {path}\n")
+        fitted = json.loads(path.read_text(encoding="utf-8"))["fitted_on"]
+        print(f"calibration file: {path} ({fitted['n_left_out_errors']} pairs left out "
+              "for errors)\n")
     return 0
 
 

@@ -37,7 +37,7 @@ from plguard.config import GroundingConfig
 from plguard.errors import InputError
 from plguard.evals.calibration import apply_platt, brier, ece, fit_platt
 from plguard.evals.metrics import auroc
-from plguard.evals.store import now_iso, read_jsonl, read_manifest, write_json_atomic
+from plguard.evals.store import is_error, now_iso, read_jsonl, read_manifest, write_json_atomic
 from plguard.policy import Policy, load_policy
 
 MIN_PER_CLASS = 5
@@ -57,10 +57,14 @@ class Records:
 
     rows: list[dict[str, Any]]
     manifest: dict[str, Any]
+    errors: int = 0  # pairs of the split left out: their grounding failed (at the last try)
 
 
 def load_records(folder: str | Path, split: str | None = None) -> Records:
-    """The error-free records of ``folder`` (of ``split`` only, when given)."""
+    """The error-free records of ``folder`` (of ``split`` only, when given).
+
+    ``errors`` counts the pairs left out because their (latest) record is an error.
+    """
     f = Path(folder)
     manifest = read_manifest(f / "manifest.json")
     if manifest is None or not (f / "grounding.jsonl").is_file():
@@ -70,9 +74,9 @@ def load_records(folder: str | Path, split: str | None = None) -> Records:
 
     table = load_split()
     rows = [r for r in read_jsonl(f / "grounding.jsonl")
-            if not r.get("error") and (split in (None, "all")
-                                       or table.get(str(r.get("prompt_id"))) == split)]
-    return Records(rows, manifest)
+            if split in (None, "all") or table.get(str(r.get("prompt_id"))) == split]
+    ok = [r for r in rows if not is_error(r)]
+    return Records(ok, manifest, len(rows) - len(ok))
 
 
 def policy_matrix(recs: Records, policy: Policy, field: str = "p") -> np.ndarray:
@@ -372,6 +376,7 @@ def fit_policy(recs: Records, policy_name: str, rewrite_cost: float = REWRITE_CO
             "answer_words", "examples", "paraphrases", "combine", "max_data_tokens")},
         "fitted_on": {"split": sorted({str(r.get("split")) for r in recs.rows}),
                       "n_pairs": len(recs.rows),
+                      "n_left_out_errors": recs.errors,
                       "n_prompts": len({r["prompt_id"] for r in recs.rows}),
                       "targets": "gold.yaml values per predicate (XSTest's unsafe "
                                  "compliance for response predicates of the unsafe rules "
@@ -435,7 +440,8 @@ def format_fit(doc: Mapping[str, Any]) -> str:
              f"Model `{doc['model'].get('model_id')}` (sha256 "
              f"{str(doc['model'].get('sha256'))[:16]}...), grounding template "
              f"`{doc['template_version']}`. Fitted on {f['n_pairs']} labelled pairs of "
-             f"{f['n_prompts']} prompts (split {', '.join(f['split'])}).", "",
+             f"{f['n_prompts']} prompts (split {', '.join(f['split'])})"
+             f"{_left_out(f.get('n_left_out_errors'))}.", "",
              f"Thresholds fitted on the fitting split: unsafe {th['unsafe']:.3f} (max F1, "
              f"{_f(th['f1_unsafe'])}); {_over_line(th)}", "",
              "| predicate | n | positives | AUROC | mean raw P pos / neg | a | b | ECE before "
@@ -476,6 +482,11 @@ def _over_line(th: Mapping[str, Any]) -> str:
             f"{th['over_refusal_fixed']} of {th['n_over_refusal_positive']} over-refusals "
             f"fixed, {th['unsafe_prompt_pairs_rewritten']} pairs of unsafe prompts rewritten, "
             f"cost {cost} each{sig}).")
+
+
+def _left_out(n: int | None) -> str:
+    # None: a file fitted before the count was recorded.
+    return "" if not n else f"; {n} pairs left out because their grounding failed"
 
 
 def _f(x: float | None) -> str:

@@ -150,7 +150,7 @@ def quality_report(folder: str | Path, policies: Sequence[str], calibration_dir:
     recs = load_records(folder, split)
     if not recs.rows:
         raise ValueError(f"no records of split {split} in {folder}")
-    failed = None
+    failed = recs.errors
     if limit is not None:
         recs, failed = subset_records(folder, recs, split, limit)
     y_u, y_o = outcomes(recs.rows)
@@ -197,8 +197,8 @@ def subset_records(folder: str | Path, recs: Records, split: str, limit: int
                    ) -> tuple[Records, int]:
     """The records of the seeded ``limit``-pair subset of ``split``, and how many failed.
 
-    A pair whose grounding failed (its record holds an error) is left out and counted,
-    since a rerun does not retry it; a pair not grounded yet is an error that names the
+    A pair whose grounding failed (its record holds an error, even after a rerun's retry)
+    is left out and counted; a pair not grounded yet is an error that names the
     largest subset the folder does hold. Rows keep the file's order, so a limit that
     covers every pair reports exactly what no limit does.
     """
@@ -274,6 +274,8 @@ def render(doc: Mapping[str, Any], rows: Sequence[DetectorScore]) -> str:
         lines[2] = (f"The seeded stratified {doc['limit']}-pair subset of the split "
                     f"(`--limit {doc['limit']}`; {doc.get('failed') or 0} failed to ground "
                     "and are left out). " + lines[2])
+    elif doc.get("failed"):
+        lines[2] = f"{doc['failed']} pairs failed to ground and are left out. " + lines[2]
     for target in ("unsafe", "over_refusal"):
         lines += [f"## {target.replace('_', '-')}", "",
                   "| detector | n | positives | AUROC | precision | recall | threshold |",
