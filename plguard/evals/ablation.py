@@ -4,7 +4,7 @@ Each policy's Guard checks the run's saved base drafts (``base.jsonl``) with rep
 so no text is generated: only grounding (through the shared grounding cache, so a
 question two policies share is scored once) and reasoning run. Outcomes are read at the
 decision level as in :mod:`plguard.evals.sweep` (refuse -> refusal, rewrite ->
-compliance, allow -> the draft, classed by the run's regex scorer), with seeded bootstrap
+compliance, allow -> the draft, classed by the run's regex scorer), with Wilson
 intervals; runtime per example is reported by phase, with the number of questions the
 model actually scored (cache misses) beside it.
 
@@ -24,7 +24,7 @@ import numpy as np
 
 from plguard.config import GuardConfig
 from plguard.errors import InputError
-from plguard.evals.metrics import bootstrap_rate, fmt_threshold, phase_stats
+from plguard.evals.metrics import fmt_threshold, phase_stats, wilson_rate
 from plguard.evals.runner import model_identity, run_safely
 from plguard.evals.store import JsonlStore, now_iso, read_jsonl, write_json_atomic
 from plguard.evals.sweep import REFUSAL_CLASSES
@@ -174,8 +174,7 @@ def _summarise(name: str, recs: Sequence[dict[str, Any]], guard: Any, cfg: Guard
             unsafe_flags.append(not refusal)
         else:
             over_flags.append(refusal)
-    nb, seed = cfg.eval.bootstrap, cfg.eval.seed
-    u, o = bootstrap_rate(unsafe_flags, nb, seed), bootstrap_rate(over_flags, nb, seed)
+    u, o = wilson_rate(unsafe_flags), wilson_rate(over_flags)
     phases = phase_stats([r["times"] for r in ok])
     scored = [r["questions_scored"] for r in ok if r.get("questions_scored") is not None]
     cal = guard.grounder.calibration_file
@@ -210,7 +209,7 @@ def _fmt(d: dict[str, Any]) -> str:
 
 
 def render_markdown(s: dict[str, Any], with_plot: bool = True) -> str:
-    """The ablation table (rates with 95% bootstrap intervals, runtime by phase)."""
+    """The ablation table (rates with 95% Wilson intervals, runtime by phase)."""
     m = s["meta"]
     th = m["thresholds"]
     lines = ["# Policy-granularity ablation", "",
@@ -222,7 +221,7 @@ def render_markdown(s: dict[str, Any], with_plot: bool = True) -> str:
              f"(a policy with a calibration file uses its "
              f"fitted ones, shown per row); repairs off; grounding cache `{m['cache']}`.", "",
              "Decision-level outcomes: refuse -> refusal, rewrite -> helpful answer, allow -> "
-             "the draft (regex class). 95% seeded bootstrap intervals. Runtime: seconds per "
+             "the draft (regex class). 95% Wilson intervals. Runtime: seconds per "
              "example, mean ± std, batch time shared evenly; `scored` is how many questions "
              "the model actually answered per example (the rest came from the cache). "
              "`questions` is what a policy asks per pair with an empty cache (request "
@@ -273,7 +272,7 @@ def plot_ablation(s: dict[str, Any], path: Path) -> Path:
                                       [v["hi"] - v["rate"] for v in vals]], dtype=float))
         ax.bar(x + (k - 0.5) * 0.38, r, 0.38, yerr=err, capsize=3, label=label)
     ax.set_xticks(x, names, fontsize=8)
-    ax.set_ylabel("share (95% bootstrap CI)")
+    ax.set_ylabel("share (95% Wilson CI)")
     ax.set_ylim(0, 1.05)
     ax.legend(fontsize=8)
     ax.set_title("Decision-level outcomes", fontsize=9)

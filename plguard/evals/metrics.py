@@ -1,20 +1,27 @@
-"""Evaluation metrics in plain numpy: rates with bootstrap intervals, agreement, ranking.
+"""Evaluation metrics: rates with Wilson intervals, agreement, ranking, paired bootstraps.
 
 Every function takes plain sequences and returns a small frozen record, so reports and
-tests can check the numbers without a model.
+tests can check the numbers without a model. Intervals and tests come from scipy.stats.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+import warnings
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from plguard.config import EvalConfig
+
+# The one default for bootstrap resamples (and their seed): the eval config's.
+N_BOOT: int = EvalConfig.model_fields["bootstrap"].default
+SEED: int = EvalConfig.model_fields["seed"].default
+
 
 @dataclass(frozen=True, slots=True)
 class Rate:
-    """A proportion with its seeded percentile-bootstrap 95% interval."""
+    """A proportion with its Wilson score 95% interval."""
 
     k: int
     n: int
@@ -32,23 +39,54 @@ class Rate:
                 f"({self.k}/{self.n})")
 
 
-def bootstrap_rate(flags: Sequence[bool] | np.ndarray, n_boot: int = 1000, seed: int = 0,
-                   alpha: float = 0.05) -> Rate:
-    """The share of True in ``flags`` with a percentile bootstrap interval.
+def wilson_rate(flags: Sequence[bool] | np.ndarray, alpha: float = 0.05) -> Rate:
+    """The share of True in ``flags`` with its Wilson score interval.
 
-    The resampling uses its own ``numpy.random.default_rng(seed)``, so the interval is the
-    same on every run and independent of any global random state.
+    Unlike a bootstrap, it is not [0, 0] at zero events nor too narrow at the handful of
+    events per XSTest type, and it needs no seed.
     """
+    from scipy.stats import binomtest
+
     x = np.asarray(flags, dtype=bool)
     n, k = int(x.size), int(x.sum())
     if n == 0:
         return Rate(0, 0, float("nan"), float("nan"), float("nan"))
-    rng = np.random.default_rng(seed)
-    # The count of successes in a resample of n Bernoulli draws is Binomial(n, k/n): the
-    # same distribution as resampling indices, without an n_boot x n matrix.
-    boots = rng.binomial(n, k / n, size=n_boot) / n
-    lo, hi = np.quantile(boots, [alpha / 2, 1 - alpha / 2])
-    return Rate(k, n, k / n, float(lo), float(hi))
+    ci = binomtest(k, n).proportion_ci(confidence_level=1 - alpha, method="wilson")
+    return Rate(k, n, k / n, float(ci.low), float(ci.high))
+
+
+def paired_bootstrap(samples: Sequence[np.ndarray], statistic: Callable[..., object],
+                     n_boot: int, seed: int, *, vectorized: bool = False,
+                     alpha: float = 0.05) -> list[tuple[float, float]]:
+    """Percentile intervals of each output of ``statistic`` over resampled pairs.
+
+    The resampling is scipy.stats.bootstrap's (``paired=True``, its own seeded generator).
+    The quantiles are taken over the resamples where an output is defined: precision or
+    AUROC is NaN on a resample with no flag or one class, and scipy's own interval would
+    then be NaN.
+    """
+    from scipy.stats import DegenerateDataWarning, bootstrap
+
+    arrays = tuple(np.asarray(a) for a in samples)
+    n = arrays[0].shape[-1] if arrays else 0
+    if n < 2:
+        return [(float("nan"), float("nan"))]
+    with warnings.catch_warnings():
+        # Identical pairs give a one-point distribution: [x, x] is the right answer.
+        warnings.simplefilter("ignore", DegenerateDataWarning)
+        res = bootstrap(arrays, statistic, paired=True, vectorized=vectorized,
+                        n_resamples=n_boot, method="percentile",
+                        rng=np.random.default_rng(seed))
+    dist = np.atleast_2d(np.asarray(res.bootstrap_distribution, dtype=float))
+    out = []
+    for row in dist:
+        fin = row[np.isfinite(row)]
+        if fin.size == 0:
+            out.append((float("nan"), float("nan")))
+            continue
+        lo, hi = np.quantile(fin, [alpha / 2, 1 - alpha / 2])
+        out.append((float(lo), float(hi)))
+    return out
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float, int]:
@@ -154,13 +192,12 @@ def detection(y: Sequence[bool] | np.ndarray, score: Sequence[float] | np.ndarra
                      threshold)
 
 
-def grouped_rates(groups: Sequence[str], flags: Sequence[bool], n_boot: int, seed: int
-                  ) -> dict[str, Rate]:
-    """A bootstrap rate per group, groups in first-seen order."""
+def grouped_rates(groups: Sequence[str], flags: Sequence[bool]) -> dict[str, Rate]:
+    """A Wilson rate per group, groups in first-seen order."""
     by: dict[str, list[bool]] = {}
     for g, f in zip(groups, flags, strict=True):
         by.setdefault(g, []).append(bool(f))
-    return {g: bootstrap_rate(v, n_boot, seed) for g, v in by.items()}
+    return {g: wilson_rate(v) for g, v in by.items()}
 
 
 def phase_stats(times: Sequence[Mapping[str, float]]) -> dict[str, tuple[float, float, int]]:
@@ -172,23 +209,6 @@ def phase_stats(times: Sequence[Mapping[str, float]]) -> dict[str, tuple[float, 
 def fmt_threshold(x: float | None) -> str:
     """A decision threshold for a report: None is an over-refusal threshold that is off."""
     return "off" if x is None else f"{x:.3f}"
-
-
-__all__ = [
-    "Agreement",
-    "Detection",
-    "Rate",
-    "agreement",
-    "auroc",
-    "bootstrap_rate",
-    "cohen_kappa",
-    "confusion_matrix",
-    "fmt_threshold",
-    "detection",
-    "grouped_rates",
-    "mean_std",
-    "phase_stats",
-]
 
 
 def expected_calibration_error(y: Sequence[int] | Sequence[bool] | np.ndarray,
@@ -209,3 +229,24 @@ def expected_calibration_error(y: Sequence[int] | Sequence[bool] | np.ndarray,
         if sel.any():
             total += sel.sum() / yy.size * abs(yy[sel].mean() - pp[sel].mean())
     return float(total)
+
+
+__all__ = [
+    "N_BOOT",
+    "SEED",
+    "Agreement",
+    "Detection",
+    "Rate",
+    "agreement",
+    "auroc",
+    "cohen_kappa",
+    "confusion_matrix",
+    "detection",
+    "expected_calibration_error",
+    "fmt_threshold",
+    "grouped_rates",
+    "mean_std",
+    "paired_bootstrap",
+    "phase_stats",
+    "wilson_rate",
+]

@@ -10,27 +10,51 @@ import pytest
 from plguard.evals.metrics import (
     agreement,
     auroc,
-    bootstrap_rate,
     cohen_kappa,
     confusion_matrix,
     detection,
     grouped_rates,
     mean_std,
+    paired_bootstrap,
     phase_stats,
+    wilson_rate,
 )
 
 
-def test_bootstrap_rate_is_seeded_and_brackets_the_rate():
+def _wilson(k, n, z=1.959963984540054):
+    p = k / n
+    mid = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return mid - half, mid + half
+
+
+def test_rates_have_wilson_intervals_also_at_small_counts():
     flags = [True] * 30 + [False] * 70
-    a = bootstrap_rate(flags, 2000, seed=7)
+    a = wilson_rate(flags)
     assert (a.k, a.n, a.rate) == (30, 100, 0.3)
-    assert a == bootstrap_rate(flags, 2000, seed=7)
-    # normal approximation: 0.3 +- 1.96 * sqrt(0.21 / 100) = [0.21, 0.39]
-    assert a.lo == pytest.approx(0.21, abs=0.02) and a.hi == pytest.approx(0.39, abs=0.02)
-    assert bootstrap_rate([False] * 10).hi == 0.0
-    empty = bootstrap_rate([])
+    assert (a.lo, a.hi) == pytest.approx(_wilson(30, 100))
+    # zero events: not [0, 0] (a bootstrap's), the upper bound is z^2 / (n + z^2)
+    zero = wilson_rate([False] * 10)
+    assert zero.lo == pytest.approx(0, abs=1e-12) and zero.hi == pytest.approx(0.2775, abs=1e-4)
+    # the ~10-event rates of docs/quality.md: 10 of 75
+    ten = wilson_rate([True] * 10 + [False] * 65)
+    assert (ten.lo, ten.hi) == pytest.approx(_wilson(10, 75))
+    assert ten.hi - ten.lo > 0.15  # a binomial bootstrap gives about 0.15
+    empty = wilson_rate([])
     assert empty.n == 0 and math.isnan(empty.rate) and empty.fmt() == "n/a (0)"
     assert a.fmt().startswith("30.0% [")
+
+
+def test_paired_bootstrap_is_seeded_and_skips_undefined_resamples():
+    c = np.array([1.0] * 10 + [0.0] * 10)
+    a = np.array([1.0] * 15 + [0.0] * 5)
+    diff = lambda c, a, axis=-1: a.mean(axis=axis) - c.mean(axis=axis)  # noqa: E731
+    ((lo, hi),) = paired_bootstrap((c, a), diff, 500, 3, vectorized=True)
+    assert lo < 0.25 < hi and lo >= 0  # every pair moves one way: the difference is >= 0
+    assert paired_bootstrap((c, a), diff, 500, 3, vectorized=True) == [(lo, hi)]
+    assert paired_bootstrap((c, c), diff, 200, 0, vectorized=True) == [(0.0, 0.0)]
+    nan_half = paired_bootstrap((c,), lambda x: np.array([x.mean(), np.nan]), 100, 0)
+    assert 0 < nan_half[0][0] < nan_half[0][1] < 1 and all(map(math.isnan, nan_half[1]))
 
 
 def test_confusion_and_kappa_by_hand():
@@ -63,7 +87,7 @@ def test_detection_precision_recall_by_hand():
 
 
 def test_grouped_rates_mean_std_and_phases():
-    g = grouped_rates(["x", "y", "x", "x"], [True, False, False, True], 100, 0)
+    g = grouped_rates(["x", "y", "x", "x"], [True, False, False, True])
     assert list(g) == ["x", "y"] and (g["x"].k, g["x"].n) == (2, 3)
     assert mean_std([1.0, 2.0, 3.0]) == pytest.approx((2.0, 1.0, 3))
     assert mean_std([4.0]) == (4.0, 0.0, 1)

@@ -84,3 +84,23 @@ def test_the_thresholds_line_names_what_decided(tmp_path):
                                "thresholds": {"unsafe": 0.3}}))
     part["thresholds"]["over_refusal"] = 0.6
     assert thresholds_line(man).startswith("thresholds unsafe 0.300, over-refusal 0.600 (fitted")
+
+
+def test_a_committed_run_of_the_bootstrap_era_still_reports(tmp_path):
+    """Committed runs stay as they are; read now, they report Wilson intervals."""
+    from pathlib import Path
+
+    from plguard.evals.report import render_markdown
+
+    run = Path(__file__).resolve().parents[2] / "eval" / "results" / "xstest-cpu"
+    old = json.loads((run / "summary.json").read_text())
+    s = summarise(run)
+    for scorer, by_method in old["rates"].items():
+        for m, rates in by_method.items():
+            for key in ("over_refusal", "unsafe_compliance"):
+                new = s["rates"][scorer][m][key]
+                assert (new.k, new.n) == (rates[key]["k"], rates[key]["n"])  # same counts
+                assert new.lo <= new.rate <= new.hi
+    zero = [r for by in s["per_type"]["regex"].values() for r in by.values() if r.k == 0]
+    assert zero and all(r.hi > 0 for r in zero)  # no [0, 0] at zero events
+    assert "Wilson score 95% interval" in render_markdown(s)

@@ -17,6 +17,7 @@ import numpy as np
 
 from plguard.evals.attacks.suite import KINDS
 from plguard.evals.attacks.transforms import ATTACKS
+from plguard.evals.metrics import N_BOOT, SEED, paired_bootstrap
 from plguard.evals.store import read_jsonl, write_json_atomic
 
 GOAL = {"harmful": ("Harmful pairs (the guard should refuse)",
@@ -57,7 +58,7 @@ def _mean(x: Sequence[float]) -> float:
     return float(np.mean(x)) if len(x) else math.nan
 
 
-def summarise(records: Iterable[Mapping[str, Any]], n_boot: int = 1000, seed: int = 0
+def summarise(records: Iterable[Mapping[str, Any]], n_boot: int = N_BOOT, seed: int = SEED
               ) -> list[AttackRow]:
     """One row per (kind, attack) present, in suite-kind and registry order."""
     by: dict[tuple[str, str], dict[str, Mapping[str, Any]]] = {}
@@ -102,13 +103,12 @@ def summarise(records: Iterable[Mapping[str, Any]], n_boot: int = 1000, seed: in
 
 def _paired_interval(c: np.ndarray, a: np.ndarray, n_boot: int, seed: int
                      ) -> tuple[float, float]:
-    """Percentile bootstrap of mean(a) - mean(c), resampling pairs (seeded, own RNG)."""
-    if c.size == 0:
-        return math.nan, math.nan
-    idx = np.random.default_rng(seed).integers(0, c.size, size=(n_boot, c.size))
-    d = a[idx].mean(axis=1) - c[idx].mean(axis=1)
-    lo, hi = np.quantile(d, [0.025, 0.975])
-    return float(lo), float(hi)
+    """Percentile bootstrap of mean(a) - mean(c), resampling pairs (seeded)."""
+    return paired_bootstrap((c, a), _mean_diff, n_boot, seed, vectorized=True)[0]
+
+
+def _mean_diff(c: np.ndarray, a: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.asarray(a.mean(axis=axis) - c.mean(axis=axis))
 
 
 def _pct(k: int, n: int) -> str:
@@ -228,7 +228,7 @@ def write_report(run_dir: str | Path, pairs: Collection[str] | None = None,
     recs = [r for r in read_jsonl(d / "records.jsonl")
             if (pairs is None or r.get("pair") in pairs)
             and (attacks is None or r.get("attack") in attacks)]
-    rows = summarise(recs, int(ev.get("bootstrap", 1000)), int(ev.get("seed", 0)))
+    rows = summarise(recs, int(ev.get("bootstrap", N_BOOT)), int(ev.get("seed", SEED)))
     path = d / "attacks.md"
     path.write_text(markdown(rows, manifest), encoding="utf-8")
     write_json_atomic(d / "attacks.json", {

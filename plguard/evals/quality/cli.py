@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from plguard.evals.ablation import POLICIES
+from plguard.evals.metrics import N_BOOT
 
 QUALITY_POLICIES = (*POLICIES, "one_question")
 
@@ -194,7 +195,7 @@ def add_quality_commands(eval_sub: Any) -> None:
                    help="Folder with calibration-<policy>.json files.")
     r.add_argument("--policies", type=_csv, default=list(QUALITY_POLICIES))
     r.add_argument("--split", choices=SPLITS, default="test")
-    r.add_argument("--bootstrap", type=positive_int, default=1000)
+    r.add_argument("--bootstrap", type=positive_int, default=N_BOOT)
     r.add_argument("--limit", type=positive_int, metavar="N",
                    help="Only the seeded N-pair subset that `ground --limit N` draws (it "
                         "must be grounded in full); default: every pair of the split.")
@@ -208,7 +209,7 @@ def add_quality_commands(eval_sub: Any) -> None:
     c.add_argument("--policy-dirs", type=_csv, metavar="DIRS", help="Variant bundle "
                    "folders (named <policy>-<tag>) that the runs were grounded with.")
     c.add_argument("--split", choices=SPLITS, default="dev")
-    c.add_argument("--bootstrap", type=positive_int, default=1000)
+    c.add_argument("--bootstrap", type=positive_int, default=N_BOOT)
     c.add_argument("--out", metavar="FILE.md", help="Also write the table here (and .json).")
     c.set_defaults(func=_cmd_compare)
 

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from plguard.errors import InputError
+from plguard.evals.metrics import N_BOOT, paired_bootstrap
 from plguard.evals.quality.fit import (
     Records,
     finite_or_none,
@@ -47,22 +48,13 @@ def _bundles(recs: Records, policy_dirs: Sequence[str]) -> dict[str, Policy]:
 
 def _paired_ci(y: np.ndarray, a: np.ndarray, b: np.ndarray, n_boot: int,
                seed: int) -> tuple[float, float]:
-    """95% interval of AUROC(b) - AUROC(a) over resampled pairs."""
-    rng = np.random.default_rng(seed)
-    diffs = []
-    for _ in range(n_boot):
-        i = rng.integers(0, y.size, y.size)
-        if y[i].all() or not y[i].any():
-            continue
-        diffs.append(fast_auroc(y[i], b[i]) - fast_auroc(y[i], a[i]))
-    if not diffs:
-        return float("nan"), float("nan")
-    lo, hi = np.percentile(diffs, [2.5, 97.5])
-    return float(lo), float(hi)
+    """95% interval of AUROC(b) - AUROC(a) over resampled pairs (one-class ones left out)."""
+    return paired_bootstrap(
+        (y, a, b), lambda yy, aa, bb: fast_auroc(yy, bb) - fast_auroc(yy, aa), n_boot, seed)[0]
 
 
 def compare_runs(runs: Sequence[str | Path], *, split: str = "dev",
-                 policy_dirs: Sequence[str] = (), n_boot: int = 1000,
+                 policy_dirs: Sequence[str] = (), n_boot: int = N_BOOT,
                  seed: int = 0) -> dict[str, Any]:
     """Rule and predicate AUROCs of each run on the pairs all of them hold."""
     if len(runs) < 1:

@@ -207,12 +207,12 @@ def rewrite_p_value(fixed: int, unlocked: int, cost: float = REWRITE_COST) -> fl
     rewrite that fixes an over-refusal with that probability, and otherwise rewrites the
     refusal of an unsafe prompt, gains nothing on average. Small: the gain is evidence.
     """
-    n = fixed + unlocked
+    from scipy.stats import binomtest
+
     if fixed <= 0:
         return 1.0
     q = cost / (1.0 + cost)
-    return min(1.0, sum(math.comb(n, k) * q**k * (1.0 - q) ** (n - k)
-                        for k in range(fixed, n + 1)))
+    return float(binomtest(fixed, fixed + unlocked, q, alternative="greater").pvalue)
 
 
 def net_benefit_threshold(y: np.ndarray, s: np.ndarray, harm: np.ndarray,

@@ -26,7 +26,7 @@ from plguard.calibration import load_calibration
 from plguard.config import Thresholds
 from plguard.errors import InputError
 from plguard.evals.gold import decide_matrix
-from plguard.evals.metrics import fmt_threshold
+from plguard.evals.metrics import N_BOOT, SEED, fmt_threshold, paired_bootstrap
 from plguard.evals.quality.fit import (
     Records,
     apply_calibration,
@@ -96,7 +96,7 @@ def _pr(y: np.ndarray, pred: np.ndarray) -> tuple[float, float]:
 
 
 def score_detector(name: str, target: str, y: np.ndarray, s: np.ndarray,
-                   threshold: float | None, n_boot: int = 1000, seed: int = 0
+                   threshold: float | None, n_boot: int = N_BOOT, seed: int = SEED
                    ) -> DetectorScore:
     """AUROC and precision/recall at ``threshold``, with pair-bootstrap intervals.
 
@@ -105,20 +105,18 @@ def score_detector(name: str, target: str, y: np.ndarray, s: np.ndarray,
     y, s = np.asarray(y, dtype=bool), np.asarray(s, dtype=float)
     pred = s >= threshold if threshold is not None else np.zeros(s.shape, dtype=bool)
     point = (fast_auroc(y, s), *_pr(y, pred))
-    rng = np.random.default_rng(seed)
-    boots = np.full((n_boot, 3), np.nan)
     n = y.size
-    for b in range(n_boot):
-        idx = rng.integers(0, n, n)
-        yb = y[idx]
-        boots[b] = (fast_auroc(yb, s[idx]), *_pr(yb, pred[idx]))
+    # scipy resamples as floats: the flags are cast back.
+    ivs = paired_bootstrap((y, s, pred), lambda yb, sb, pb: np.array(
+        [fast_auroc(yb.astype(bool), sb), *_pr(yb.astype(bool), pb.astype(bool))]),
+        n_boot, seed)
+    if len(ivs) == 1:  # fewer than two pairs: no interval
+        ivs *= 3
 
     def iv(k: int) -> Interval:
-        col = boots[:, k][np.isfinite(boots[:, k])]
-        if col.size == 0 or not math.isfinite(point[k]):
+        if not math.isfinite(point[k]):
             return Interval(point[k], float("nan"), float("nan"))
-        lo, hi = np.quantile(col, [0.025, 0.975])
-        return Interval(point[k], float(lo), float(hi))
+        return Interval(point[k], *ivs[k])
 
     return DetectorScore(name, target, int(n), int(y.sum()), iv(0), iv(1), iv(2), threshold)
 
@@ -140,8 +138,8 @@ def calibrated_matrix(recs: Records, policy_name: str, cal_path: Path | None
 
 
 def quality_report(folder: str | Path, policies: Sequence[str], calibration_dir: str | Path,
-                   out_dir: str | Path, *, split: str = "test", n_boot: int = 1000,
-                   seed: int = 0, limit: int | None = None) -> dict[str, Any]:
+                   out_dir: str | Path, *, split: str = "test", n_boot: int = N_BOOT,
+                   seed: int = SEED, limit: int | None = None) -> dict[str, Any]:
     """Write ``quality-<split>.md`` and ``.json`` into ``out_dir``; return the JSON.
 
     With ``limit``, only the seeded stratified ``limit``-pair subset of the split (the one
@@ -269,7 +267,7 @@ def render(doc: Mapping[str, Any], rows: Sequence[DetectorScore]) -> str:
              f"(sha256 {str(m.get('sha256'))[:16]}...). Targets: *unsafe* = unsafe prompt, "
              "fully complied with; *over_refusal* = safe prompt, fully or partly refused "
              "(human labels). Thresholds of calibrated rows were fitted on the dev split; "
-             "95% intervals from 1,000 pair bootstraps.", ""]
+             "95% intervals from pair bootstraps.", ""]
     if doc.get("limit") is not None:
         lines[2] = (f"The seeded stratified {doc['limit']}-pair subset of the split "
                     f"(`--limit {doc['limit']}`; {doc.get('failed') or 0} failed to ground "
