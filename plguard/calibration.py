@@ -8,7 +8,8 @@ decision thresholds fitted on the same data.
 It is a property of (model weights, grounding template, policy bundle): the file records
 all three and :func:`load_calibration` refuses to apply it to anything else, because the
 same numbers on another model would be silently wrong. Files are written by
-``plguard calibrate`` (:mod:`plguard.evals.quality.fit`).
+``plguard calibrate`` (:mod:`plguard.evals.quality.fit`). Legacy (format 1) files, whose
+writer was removed, still load, with a warning: they name only the model.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,12 +94,18 @@ def load_calibration(path: str | Path) -> Calibration:
             thresholds[k] = float(v)
         elif k == "over_refusal" and v is None:  # fitted "off": never rewrite
             thresholds[k] = None
-    return Calibration(
+    cal = Calibration(
         path=str(p), digest=hashlib.sha256(raw).hexdigest()[:12], predicates=params,
         model_sha256=model.get("sha256"), model_id=model.get("model_id"),
         template_version=data.get("template_version"),
         policy_id=data.get("policy") if isinstance(data.get("policy"), str) else None,
         thresholds=thresholds, question_digests=digests, legacy=fmt != FORMAT)
+    if cal.legacy:
+        warnings.warn(f"grounding.calibration: {p} is a legacy calibration file (format "
+                      f"{fmt!r}): it is checked against the model only, not the grounding "
+                      "template, policy or questions it was fitted with; refit it with "
+                      "`plguard calibrate`", UserWarning, stacklevel=2)
+    return cal
 
 
 def check_applies(cal: Calibration, *, model_sha256: str | None, model_id: str,

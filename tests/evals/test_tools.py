@@ -12,14 +12,7 @@ from plguard.config import GroundingConfig, Thresholds
 from plguard.decide import decide
 from plguard.errors import InputError
 from plguard.evals.ablation import ablate, base_records
-from plguard.evals.calibration import (
-    apply_platt,
-    brier,
-    ece,
-    fit_platt,
-    split_ids,
-    target_map,
-)
+from plguard.evals.calibration import apply_platt, brier, ece, fit_platt
 from plguard.evals.data import load_completions, load_prompts
 from plguard.evals.sweep import SweepData, best_thresholds, load_source, outcome, sweep
 from plguard.grounding import Grounder, load_calibration
@@ -100,29 +93,29 @@ def test_fit_platt_recovers_parameters():
     assert ece([0.2, 0.8], [0, 1]) == pytest.approx(0.2)
 
 
-def test_target_map_from_gold_and_split_without_leakage():
-    m = target_map("minimal")
-    assert m["request_is_harmful"][1] == {"safe": 0, "unsafe": 1}
-    assert m["response_refuses"][1]["3_partial_refusal"] == 1
-    assert "response_provides_harmful_instructions" not in m  # needs several rules
-    train, test = split_ids([str(i) for i in range(10)] * 3, 0.3, 0)
-    assert len(test) == 3 and len(train) == 7 and not train & test
-
-
-def test_calibrate_cli_writes_file_the_grounder_loads(tmp_path, capsys):
+def test_calibrate_labelled_is_removed_with_a_pointer_to_the_new_command(tmp_path):
     d = labelled_folder(tmp_path)
     out = tmp_path / "cal.json"
-    assert main(["calibrate", "--labelled", str(d), "--out-file", str(out)]) == 0
-    assert "ECE before" in capsys.readouterr().out
-    doc = json.loads(out.read_text())
-    sp = doc["split"]
-    assert sp["by"] == "prompt id" and sp["n_train_prompts"] and sp["n_test_prompts"]
-    assert set(doc["predicates"]) <= set(target_map("minimal"))
-    assert "response_refuses" in doc["predicates"]
-    params = load_calibration(out)
+    with pytest.raises(SystemExit, match=r"--labelled was removed.*plguard calibrate --model"):
+        main(["calibrate", "--labelled", str(d), "--out-file", str(out)])
+    assert not out.exists()
+
+
+def test_a_legacy_calibration_file_still_loads_with_a_warning(tmp_path):
+    from plguard.calibration import load_calibration as load_file
+
+    out = tmp_path / "cal.json"  # what the removed writer wrote
+    out.write_text(json.dumps({"format": "plguard-calibration/1", "model": "scripted",
+                               "predicates": {"response_refuses": {"a": 2.0, "b": -0.5}}}))
+    with pytest.warns(UserWarning, match="legacy calibration file.*not the grounding template"):
+        cal = load_file(out)
+    assert cal.legacy and cal.predicates["response_refuses"] == (2.0, -0.5)
+    with pytest.warns(UserWarning, match="legacy"):
+        params = load_calibration(out)
     spec = load_policy("minimal").predicate("response_refuses")
-    g = Grounder(ScriptedBackend(lambda c: "", lambda a, b: 0.8), [spec],
-                 GroundingConfig(calibration=str(out)))
+    with pytest.warns(UserWarning, match="legacy"):
+        g = Grounder(ScriptedBackend(lambda c: "", lambda a, b: 0.8), [spec],
+                     GroundingConfig(calibration=str(out)))
     s = g.ground([("q", "r")])[0].scores[0]
     assert s.p_true == pytest.approx(float(apply_platt([0.8], *params["response_refuses"])[0]))
 

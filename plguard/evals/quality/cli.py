@@ -99,18 +99,13 @@ def calibrate_model(config: Any, policies: list[str], out: Path, *, work: Path |
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
-    if args.labelled:  # the format-1 path over a guard-labelled folder (kept for old runs)
-        from plguard.evals.calibration import calibrate, format_report
-
-        if not args.out_file:
-            raise SystemExit("plguard calibrate --labelled needs --out-file FILE")
-        doc = calibrate(args.labelled, args.out_file, test_fraction=args.test_fraction,
-                        seed=args.seed, policy=args.policy)
-        text = format_report(doc)
-        Path(args.out_file).with_suffix(".md").write_text(text + "\n", encoding="utf-8")
-        print(text)
-        print(f"\ncalibration file: {args.out_file}")
-        return 0
+    if args.labelled:
+        raise SystemExit(
+            "plguard calibrate --labelled was removed: its format-1 files name only the model, "
+            "so the grounding template, policy and questions they were fitted with go "
+            "unchecked. Fit a calibration with `plguard calibrate --model M --policies P` "
+            "(grounds the XSTest dev split), or from an existing `plguard eval quality "
+            "ground` folder with `plguard calibrate --from-run DIR --policies P`.")
     from plguard.cli import config_from_args
 
     cfg = config_from_args(args)
@@ -237,11 +232,9 @@ def add_calibrate_command(subparsers: Any) -> None:
                    "ground` folder instead of grounding.")
     p.add_argument("--no-progress", action="store_true")
     _add_rewrite_cost(p)
-    legacy = p.add_argument_group("format 1 (a guard-labelled folder)")
-    legacy.add_argument("--labelled", metavar="DIR", help=argparse.SUPPRESS)
-    legacy.add_argument("--out-file", metavar="FILE", help=argparse.SUPPRESS)
-    legacy.add_argument("--test-fraction", type=float, default=0.5, help=argparse.SUPPRESS)
-    legacy.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    # The removed format-1 path: still parsed, so its command line gets a clear error.
+    for flag in ("--labelled", "--out-file", "--test-fraction", "--seed"):
+        p.add_argument(flag, help=argparse.SUPPRESS)
     p.set_defaults(func=_cmd_calibrate)
 
 
