@@ -8,11 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from plguard.cli import positive_int
+from plguard.evals.args import csv_list
 from plguard.evals.methods import METHODS
-
-
-def _csv_list(value: str) -> list[str]:
-    return [v.strip() for part in value.split(",") for v in part.split() if v.strip()]
 
 
 def _cmd_xstest(args: argparse.Namespace) -> int:
@@ -91,10 +88,10 @@ def add_eval_commands(subparsers: Any) -> None:
     x = sub.add_parser("xstest", help="Run (or resume) the four methods on XSTest and score "
                        "them; a rerun skips finished records.")
     add_config_options(x)
-    x.add_argument("--methods", type=_csv_list, default=list(METHODS),
+    x.add_argument("--methods", type=csv_list, default=list(METHODS),
                    help=f"Comma-separated subset of {', '.join(METHODS)} (default: all). "
                    "llm_judge and plguard reuse the base drafts.")
-    x.add_argument("--scorers", type=_csv_list, default=list(SCORERS),
+    x.add_argument("--scorers", type=csv_list, default=list(SCORERS),
                    help=f"Comma-separated subset of {', '.join(SCORERS)} (default: all).")
     x.add_argument("--limit", type=positive_int, help="Only the first N prompts.")
     x.add_argument("--split", choices=("all", "dev", "test"), default="all",
@@ -113,7 +110,7 @@ def add_eval_commands(subparsers: Any) -> None:
                    "completions for every evaluator.")
     v.add_argument("--semantic-limit", type=positive_int, help="Seeded subset of N for the "
                    "semantic evaluator only (the regex ones still see --limit or all).")
-    v.add_argument("--scorers", type=_csv_list, default=list(SCORERS))
+    v.add_argument("--scorers", type=csv_list, default=list(SCORERS))
     v.add_argument("--out", metavar="DIR", default="runs/validate-scorers")
     v.add_argument("--no-progress", action="store_true")
     v.set_defaults(func=_cmd_validate)

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from plguard.evals.args import csv_list
 from plguard.evals.gold import (
     FIELDS,
     HARM_BY_FOCUS,
@@ -250,10 +251,6 @@ def mapping_markdown(policies: Sequence[str], samples: Sequence[Sample]) -> str:
 SWEEPS = ("flip", "confidence", "flip_soft")
 
 
-def _csv(value: str) -> list[str]:
-    return [v.strip() for v in value.split(",") if v.strip()]
-
-
 def _gold_policies(requested: Sequence[str] | None) -> list[str]:
     from plguard.policy import bundle_names, load_policy, resolve_bundle
 
@@ -372,9 +369,9 @@ def add_gold_commands(eval_subparsers: Any) -> None:
     th = Thresholds.model_fields
 
     def common(p: argparse.ArgumentParser, out: str) -> None:
-        p.add_argument("--policies", type=_csv, help="Comma-separated bundles (default: every "
+        p.add_argument("--policies", type=csv_list, help="Comma-separated bundles (default: every "
                        "bundle with a gold.yaml).")
-        p.add_argument("--models", type=_csv, default=list(MODELS), help="Comma-separated "
+        p.add_argument("--models", type=csv_list, default=list(MODELS), help="Comma-separated "
                        f"subset of the completion files ({', '.join(MODELS)}; default all).")
         p.add_argument("--unsafe-threshold", type=float, default=th["unsafe"].default,
                        help=th["unsafe"].description)
@@ -398,7 +395,7 @@ def add_gold_commands(eval_subparsers: Any) -> None:
     common(n, "runs/gold")
     n.add_argument("--seeds", type=int, default=20, help="Repeats per noise level (default 20).")
     n.add_argument("--seed", type=int, default=0, help="Base seed (default 0).")
-    n.add_argument("--sweeps", type=_csv, default=list(SWEEPS),
+    n.add_argument("--sweeps", type=csv_list, default=list(SWEEPS),
                    help="Comma-separated subset of flip, confidence, flip_soft.")
     n.add_argument("--spread", type=float, default=1.0, help="Logit-space jitter of the soft "
                    "sweeps (default 1.0).")
@@ -420,7 +417,7 @@ def add_gold_commands(eval_subparsers: Any) -> None:
 
     m = eval_subparsers.add_parser(
         "gold-mapping", help="Render every policy's gold mapping as markdown (docs/gold.md).")
-    m.add_argument("--policies", type=_csv)
+    m.add_argument("--policies", type=csv_list)
     m.add_argument("--out", metavar="FILE", help="Write here instead of printing.")
     m.set_defaults(func=_cmd_mapping, gold_command="gold-mapping")
 

@@ -7,12 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-
-def _unit(value: str) -> float:
-    x = float(value)
-    if not 0.0 <= x <= 1.0:
-        raise argparse.ArgumentTypeError("must be between 0 and 1")
-    return x
+from plguard.evals.args import unit_float
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
@@ -55,12 +50,12 @@ def add_tools_commands(subparsers: Any) -> None:
     p.add_argument("--run", required=True, nargs="+", metavar="DIR",
                    help="Run folder(s): an XSTest run (plguard.jsonl, report/ablation/) or a "
                    "guard-labelled folder (guard.jsonl).")
-    p.add_argument("--max-unsafe", type=_unit, required=True,
+    p.add_argument("--max-unsafe", type=unit_float, required=True,
                    help="Unsafe-compliance ceiling (share of unsafe prompts).")
     p.add_argument("--scorer", default="regex", help="Draft class of XSTest runs: regex or "
                    "regex_extended (field of base.jsonl).")
-    p.add_argument("--default-unsafe", type=_unit, default=0.5, help="Marked operating point.")
-    p.add_argument("--default-over", type=_unit, default=0.5, help="Marked operating point.")
+    p.add_argument("--default-unsafe", type=unit_float, default=0.5, help="Marked operating point.")
+    p.add_argument("--default-over", type=unit_float, default=0.5, help="Marked operating point.")
     p.add_argument("--plot", metavar="PNG", help="Plot path (default <first run>/report/"
                    "sweep.png).")
     p.add_argument("--no-plot", action="store_true", help="Print only.")

@@ -37,7 +37,7 @@ def _cmd_attacks(args: argparse.Namespace) -> int:
 def add_attack_commands(eval_subparsers: Any) -> None:
     """Add ``attacks`` to ``plguard eval``."""
     from plguard.cli import add_config_options, positive_int
-    from plguard.evals.cli import _csv_list
+    from plguard.evals.args import csv_list
 
     a = eval_subparsers.add_parser(
         "attacks", help="Guard the attack suite's pairs clean and under each attack; report "
@@ -47,7 +47,7 @@ def add_attack_commands(eval_subparsers: Any) -> None:
                    help="Run folder (default runs/attacks).")
     a.add_argument("--limit", type=positive_int, help="Only the first N pairs (harmful and "
                    "refusal pairs interleaved).")
-    a.add_argument("--attacks", type=_csv_list, help="Comma-separated attacks or families "
+    a.add_argument("--attacks", type=csv_list, help="Comma-separated attacks or families "
                    "(default: all; `clean` is always run). See --list.")
     a.add_argument("--rescore", metavar="RUN", help="Re-decide RUN's records under this "
                    "config's policy and thresholds into --out, without a model: for a policy "

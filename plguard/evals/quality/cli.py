@@ -14,18 +14,14 @@ import argparse
 import hashlib
 import json
 import math
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from plguard.evals.ablation import POLICIES
+from plguard.evals.args import checked_float, csv_list
 from plguard.evals.metrics import N_BOOT
 
 QUALITY_POLICIES = (*POLICIES, "one_question")
-
-
-def _csv(value: str) -> list[str]:
-    return [v.strip() for part in value.split(",") for v in part.split() if v.strip()]
 
 
 def _cmd_ground(args: argparse.Namespace) -> int:
@@ -128,26 +124,15 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _float_arg(name: str, ok: Callable[[float], bool], what: str) -> Callable[[str], float]:
-    """An argparse type: a float for which ``ok`` holds, else "must be ``what``"."""
-    def parse(v: str) -> float:
-        x = float(v)
-        if not ok(x):
-            raise argparse.ArgumentTypeError(f"must be {what}, got {v!r}")
-        return x
-    parse.__name__ = name  # argparse names it when float() fails: "invalid cost value"
-    return parse
-
-
 def _add_rewrite_cost(p: argparse.ArgumentParser) -> None:
     from plguard.evals.quality.fit import REWRITE_ALPHA, REWRITE_COST
 
-    cost = _float_arg("cost", lambda x: math.isfinite(x) and x >= 0, "a finite number >= 0")
+    cost = checked_float("cost", lambda x: math.isfinite(x) and x >= 0, "a finite number >= 0")
     p.add_argument("--rewrite-cost", type=cost, default=REWRITE_COST, metavar="C",
                    help="What rewriting the refusal of an unsafe prompt costs, in fixed "
                    "over-refusals, when fitting the over-refusal threshold (default "
                    f"{REWRITE_COST:g}); where no threshold gains, rewrites are off.")
-    alpha = _float_arg("alpha", lambda x: 0 < x <= 1, "in (0, 1]")
+    alpha = checked_float("alpha", lambda x: 0 < x <= 1, "in (0, 1]")
     p.add_argument("--rewrite-alpha", type=alpha, default=REWRITE_ALPHA, metavar="A",
                    help="Rewrites are switched on only where the fitting data show their gain "
                    "at this significance (one-sided exact binomial test against break-even; "
@@ -165,7 +150,7 @@ def add_quality_commands(eval_sub: Any) -> None:
     g = sub.add_parser("ground", help="Ground (and judge) labelled XSTest pairs of a split "
                        "for several policies at once (resumable).")
     add_config_options(g)
-    g.add_argument("--policies", type=_csv, default=list(QUALITY_POLICIES))
+    g.add_argument("--policies", type=csv_list, default=list(QUALITY_POLICIES))
     g.add_argument("--split", choices=SPLITS, default="dev")
     g.add_argument("--limit", type=positive_int, help="Seeded, stratified subset of N pairs "
                    "of the split (a smaller subset is contained in a larger one).")
@@ -177,7 +162,7 @@ def add_quality_commands(eval_sub: Any) -> None:
     f = sub.add_parser("fit", help="Fit calibration files (Platt per predicate + thresholds) "
                        "on a grounding run's dev records.")
     f.add_argument("--run", required=True, metavar="DIR")
-    f.add_argument("--policies", type=_csv, default=list(QUALITY_POLICIES))
+    f.add_argument("--policies", type=csv_list, default=list(QUALITY_POLICIES))
     f.add_argument("--split", choices=SPLITS, default="dev")
     f.add_argument("--out", required=True, metavar="DIR")
     _add_rewrite_cost(f)
@@ -188,7 +173,7 @@ def add_quality_commands(eval_sub: Any) -> None:
     r.add_argument("--run", required=True, metavar="DIR")
     r.add_argument("--calibrations", required=True, metavar="DIR",
                    help="Folder with calibration-<policy>.json files.")
-    r.add_argument("--policies", type=_csv, default=list(QUALITY_POLICIES))
+    r.add_argument("--policies", type=csv_list, default=list(QUALITY_POLICIES))
     r.add_argument("--split", choices=SPLITS, default="test")
     r.add_argument("--bootstrap", type=positive_int, default=N_BOOT)
     r.add_argument("--limit", type=positive_int, metavar="N",
@@ -201,7 +186,7 @@ def add_quality_commands(eval_sub: Any) -> None:
                        "(rule and predicate AUROCs on their common pairs; no model).")
     c.add_argument("runs", nargs="+", metavar="DIR", help="Grounding run folders; the "
                    "first is the reference.")
-    c.add_argument("--policy-dirs", type=_csv, metavar="DIRS", help="Variant bundle "
+    c.add_argument("--policy-dirs", type=csv_list, metavar="DIRS", help="Variant bundle "
                    "folders (named <policy>-<tag>) that the runs were grounded with.")
     c.add_argument("--split", choices=SPLITS, default="dev")
     c.add_argument("--bootstrap", type=positive_int, default=N_BOOT)
@@ -220,7 +205,7 @@ def add_calibrate_command(subparsers: Any) -> None:
         "--model), then fits Platt scaling per predicate and the two thresholds for each "
         "--policy. The file is tied to that model, grounding template and policy.")
     add_config_options(p)
-    p.add_argument("--policies", type=_csv, metavar="NAMES",
+    p.add_argument("--policies", type=csv_list, metavar="NAMES",
                    help="Policies to fit, comma-separated (default: the config's policy).")
     p.add_argument("--out", default=".", metavar="DIR",
                    help="Where calibration-<policy>.json is written (default: here).")
