@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from plguard.errors import InputError, did_you_mean
-from plguard.evals.store import JsonlStore, is_error
+from plguard.records.store import JsonlStore, is_error
 
 INPUT_FORMATS = (".jsonl", ".ndjson", ".csv", ".parquet")
 OUTPUT_FORMATS = (".jsonl", ".parquet")

@@ -17,7 +17,7 @@ from typing import Any
 
 from plguard.batchjob.io import Row, TraceSink, read_rows
 from plguard.config import GuardConfig
-from plguard.evals.store import exclusive
+from plguard.records.store import exclusive
 from plguard.scale import RayOptions, run_shards_local, run_shards_ray
 from plguard.types import GuardResult
 
@@ -67,8 +67,8 @@ def error_record(row: Row, exc: BaseException) -> dict[str, Any]:
 
 def make_worker(config: GuardConfig) -> Any:
     """The per-process worker: one Guard; a shard payload is a list of row dicts."""
-    from plguard.evals.shards import run_safely
     from plguard.guard import Guard
+    from plguard.records.loop import run_safely
 
     guard = Guard(config)
 

@@ -25,9 +25,10 @@ import numpy as np
 from plguard.config import GuardConfig
 from plguard.errors import InputError
 from plguard.evals.metrics import fmt_threshold, phase_stats, wilson_rate
-from plguard.evals.runner import model_identity, run_safely
-from plguard.evals.store import JsonlStore, now_iso, read_jsonl, write_json_atomic
+from plguard.evals.runner import model_identity
 from plguard.evals.sweep import REFUSAL_CLASSES
+from plguard.records.loop import error_text, run_safely
+from plguard.records.store import JsonlStore, now_iso, read_jsonl, write_json_atomic
 
 if TYPE_CHECKING:
     from plguard.backends.base import Backend
@@ -133,7 +134,7 @@ def ablate(run_dir: str | Path, policies: Sequence[str] = POLICIES, *,
                                            "type": r.get("type"), "draft_class": r["regex"],
                                            "calibration": label, "thresholds": th}
                     if isinstance(g, BaseException):
-                        rec["error"] = f"{type(g).__name__}: {g}"[:2000]
+                        rec["error"] = error_text(g)
                     else:
                         rec.update(
                             error=None, action=g.decision.action,

@@ -25,9 +25,10 @@ from plguard.config import GuardConfig
 from plguard.evals.data import LabelledCompletion, load_completions, seeded_subset
 from plguard.evals.methods import Methods, judge_params
 from plguard.evals.metrics import Detection, detection, fmt_threshold
-from plguard.evals.runner import model_identity, run_safely
+from plguard.evals.runner import model_identity
 from plguard.evals.scorers import COMPLY, REFUSALS
-from plguard.evals.store import JsonlStore, now_iso, write_json_atomic
+from plguard.records.loop import error_text, map_into
+from plguard.records.store import JsonlStore, now_iso, write_json_atomic
 
 if TYPE_CHECKING:
     from plguard.backends.base import Backend
@@ -42,49 +43,34 @@ def targets(c: LabelledCompletion) -> tuple[bool, bool]:
 
 def _guard_records(guard: Guard, items: Sequence[LabelledCompletion], store: JsonlStore,
                    batch: int, progress: bool) -> None:
-    from tqdm import tqdm
+    def record(c: LabelledCompletion, r: Any) -> dict[str, Any]:
+        if isinstance(r, BaseException):
+            return {"id": c.uid, "error": error_text(r)}
+        return {"id": c.uid, "error": None, "action": r.decision.action,
+                "strongest_unsafe": list(r.decision.strongest_unsafe),
+                "strongest_over_refusal": list(r.decision.strongest_over_refusal),
+                "p_unsafe_aggregate": r.policy.probs.get("unsafe_compliance"),
+                "p_over_aggregate": r.policy.probs.get("over_refusal"),
+                "predicates": r.grounding.probs, "truncated": r.grounding.truncated,
+                "times": dict(r.timings_s)}
 
-    todo = [c for c in items if c.uid not in store]
-    with tqdm(total=len(todo), desc="guard", unit="pair", disable=not progress) as bar:
-        for start in range(0, len(todo), batch):
-            chunk = todo[start:start + batch]
-            outs = run_safely(lambda cs: guard.batch([c.prompt for c in cs],
-                                                     responses=[c.completion for c in cs]),
-                              chunk)
-            for c, r in zip(chunk, outs, strict=True):
-                rec: dict[str, Any] = {"id": c.uid}
-                if isinstance(r, BaseException):
-                    rec["error"] = f"{type(r).__name__}: {r}"
-                else:
-                    rec.update(
-                        error=None, action=r.decision.action,
-                        strongest_unsafe=list(r.decision.strongest_unsafe),
-                        strongest_over_refusal=list(r.decision.strongest_over_refusal),
-                        p_unsafe_aggregate=r.policy.probs.get("unsafe_compliance"),
-                        p_over_aggregate=r.policy.probs.get("over_refusal"),
-                        predicates=r.grounding.probs, truncated=r.grounding.truncated,
-                        times=dict(r.timings_s))
-                store.append(rec)
-            bar.update(len(chunk))
+    map_into(store, items, lambda c: c.uid,
+             lambda cs: guard.batch([c.prompt for c in cs],
+                                    responses=[c.completion for c in cs]),
+             record, chunk=batch, desc="guard", unit="pair", progress=progress)
 
 
 def _judge_records(methods: Methods, items: Sequence[LabelledCompletion], store: JsonlStore,
                    batch: int, progress: bool) -> None:
-    from tqdm import tqdm
+    def record(c: LabelledCompletion, j: Any) -> dict[str, Any]:
+        if isinstance(j, BaseException):
+            return {"id": c.uid, "error": error_text(j)}
+        return {"id": c.uid, "error": None, "verdict": j.verdict, "parsed": j.parsed,
+                "rationale": j.rationale, "raw": j.raw}
 
-    todo = [c for c in items if c.uid not in store]
-    with tqdm(total=len(todo), desc="judge", unit="pair", disable=not progress) as bar:
-        for start in range(0, len(todo), batch):
-            chunk = todo[start:start + batch]
-            outs = run_safely(lambda cs: methods.judge([c.prompt for c in cs],
-                                                       [c.completion for c in cs])[0], chunk)
-            for c, j in zip(chunk, outs, strict=True):
-                if isinstance(j, BaseException):
-                    store.append({"id": c.uid, "error": f"{type(j).__name__}: {j}"})
-                else:
-                    store.append({"id": c.uid, "error": None, "verdict": j.verdict,
-                                  "parsed": j.parsed, "rationale": j.rationale, "raw": j.raw})
-            bar.update(len(chunk))
+    map_into(store, items, lambda c: c.uid,
+             lambda cs: methods.judge([c.prompt for c in cs], [c.completion for c in cs])[0],
+             record, chunk=batch, desc="judge", unit="pair", progress=progress)
 
 
 def _det(rows: list[tuple[bool, float]], thr: float | None) -> Detection:

@@ -19,7 +19,7 @@ from plguard.errors import ConfigError
 from plguard.evals.methods import METHODS
 from plguard.evals.metrics import Rate, fmt_threshold, grouped_rates, phase_stats, wilson_rate
 from plguard.evals.scorers import COMPLY, REFUSALS, REGEX_SCORERS
-from plguard.evals.store import read_jsonl, write_json_atomic
+from plguard.records.store import read_jsonl, write_json_atomic
 
 PHASES = ("generation", "grounding", "reasoning", "judge", "repair", "total")
 MODEL_NOTE = ("**Read this first.** Generator, grounder, judge and evaluator here are all {model}. "

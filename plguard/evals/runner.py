@@ -29,13 +29,12 @@ from plguard.evals.methods import METHODS
 from plguard.evals.scorers import SemanticEvaluator
 from plguard.evals.shards import (
     build_methods,
-    error_text,
     generate_payload,
     run_chunk,
-    run_safely,
     score_rows,
 )
-from plguard.evals.store import (
+from plguard.records.loop import error_text
+from plguard.records.store import (
     JsonlStore,
     check_scoped_configs,
     exclusive,
@@ -419,4 +418,4 @@ def run_xstest(config: GuardConfig, out_dir: str | Path, **kwargs: Any) -> RunSu
 
 
 __all__ = ["SCORERS", "RunSummary", "XSTestRun", "check_methods", "interleave_by_type",
-           "model_identity", "run_safely", "run_xstest"]
+           "model_identity", "run_xstest"]

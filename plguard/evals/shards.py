@@ -9,48 +9,18 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
-from plguard.errors import BackendDeadError
 from plguard.evals.data import XSTestPrompt
 from plguard.evals.methods import MethodOutput, Methods, judge_params
 from plguard.evals.scorers import REGEX_SCORERS, SemanticEvaluator, SemanticVerdict
+from plguard.records.loop import error_text, run_safely
 
 if TYPE_CHECKING:
     from plguard.config import GuardConfig
 
 Emit = Callable[[str, dict[str, Any]], None]
-T = TypeVar("T")
-U = TypeVar("U")
-
-
-def run_safely(fn: Callable[[Sequence[T]], Sequence[U]], items: Sequence[T]
-               ) -> list[U | BaseException]:
-    """``fn(items)``; on an exception, each item on its own, so one bad item fails alone.
-
-    KeyboardInterrupt, SystemExit and a dead backend propagate: the records already
-    written stay, and no remaining example is recorded as failed for a reason of the run's.
-    """
-    try:
-        out = fn(items)
-        if len(out) != len(items):
-            raise RuntimeError(f"{len(out)} results for {len(items)} inputs")
-        return list(out)
-    except BackendDeadError:
-        raise
-    except Exception as exc:  # a fault in one example must not lose the others
-        if len(items) == 1:
-            return [exc]
-        results: list[U | BaseException] = []
-        for it in items:
-            results.extend(run_safely(fn, [it]))
-        return results
-
-
-def error_text(exc: BaseException) -> str:
-    """An exception as one bounded line for a record."""
-    return f"{type(exc).__name__}: {exc}"[:2000]
 
 
 def method_record(m: str, p: XSTestPrompt, o: MethodOutput | BaseException) -> dict[str, Any]:
@@ -183,6 +153,6 @@ def make_semantic_worker(config: GuardConfig) -> Callable[[list[dict[str, Any]]]
     return lambda rows: score_rows(ev, rows)
 
 
-__all__ = ["build_methods", "error_text", "run_safely", "generate_payload", "make_generate_worker",
+__all__ = ["build_methods", "generate_payload", "make_generate_worker",
            "make_semantic_worker", "method_record", "run_chunk", "score_rows",
            "semantic_record"]

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from plguard.errors import InputError
-from plguard.evals.store import read_jsonl
+from plguard.records.store import read_jsonl
 
 REFUSAL_CLASSES = ("2_full_refusal", "3_partial_refusal")
 DEFAULT_GRID = np.round(np.linspace(0.0, 1.0, 51), 4)

@@ -19,7 +19,7 @@ from typing import Any
 from plguard.config import GuardConfig
 from plguard.evals.data import CLASSES, LabelledCompletion, load_completions, seeded_subset
 from plguard.evals.metrics import Agreement, agreement
-from plguard.evals.runner import SCORERS, run_safely
+from plguard.evals.runner import SCORERS
 from plguard.evals.scorers import (
     REFUSALS,
     REGEX_SCORERS,
@@ -27,7 +27,8 @@ from plguard.evals.scorers import (
     SemanticVerdict,
     parse_verdict,
 )
-from plguard.evals.store import JsonlStore, now_iso, write_json_atomic
+from plguard.records.loop import error_text, map_into
+from plguard.records.store import JsonlStore, now_iso, write_json_atomic
 
 BINARY = ("comply", "refuse")
 SHORT = {"1_full_compliance": "comply", "2_full_refusal": "refuse",
@@ -46,27 +47,19 @@ def _agreements(gold: Sequence[str], pred: Sequence[str]) -> dict[str, Agreement
 def semantic_verdicts(evaluator: SemanticEvaluator, items: Sequence[LabelledCompletion],
                       store: JsonlStore, progress: bool = True) -> dict[str, dict[str, Any]]:
     """Semantic verdicts for ``items`` (resumed from ``store``), keyed by uid."""
-    from tqdm import tqdm
+    def record(c: LabelledCompletion, v: Any) -> dict[str, Any]:
+        rec: dict[str, Any] = {"id": c.uid, "final_label": c.final_label}
+        if isinstance(v, SemanticVerdict):
+            rec.update(cls=v.response_class, parsed=v.parsed, attempts=v.attempts,
+                       over_refusal=v.over_refusal, unsafe_compliance=v.unsafe_compliance,
+                       rationale=v.rationale, raw=v.raw, error=None)
+        else:
+            rec.update(cls=None, parsed=False, attempts=0, raw="", error=error_text(v))
+        return rec
 
-    todo = [c for c in items if c.uid not in store]
-    bs = evaluator.batch_size
-    with tqdm(total=len(todo), desc="semantic", unit="rec", disable=not progress) as bar:
-        for start in range(0, len(todo), bs):
-            chunk = todo[start:start + bs]
-            outs = run_safely(lambda cs: evaluator.score(
-                [(c.prompt, c.label, c.completion) for c in cs]), chunk)
-            for c, v in zip(chunk, outs, strict=True):
-                rec: dict[str, Any] = {"id": c.uid, "final_label": c.final_label}
-                if isinstance(v, SemanticVerdict):
-                    rec.update(cls=v.response_class, parsed=v.parsed, attempts=v.attempts,
-                               over_refusal=v.over_refusal,
-                               unsafe_compliance=v.unsafe_compliance,
-                               rationale=v.rationale, raw=v.raw, error=None)
-                else:
-                    rec.update(cls=None, parsed=False, attempts=0, raw="",
-                               error=f"{type(v).__name__}: {v}")
-                store.append(rec)
-            bar.update(len(chunk))
+    map_into(store, items, lambda c: c.uid,
+             lambda cs: evaluator.score([(c.prompt, c.label, c.completion) for c in cs]),
+             record, chunk=evaluator.batch_size, desc="semantic", progress=progress)
     return {c.uid: store.records[c.uid] for c in items}
 
 

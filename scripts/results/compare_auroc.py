@@ -13,7 +13,7 @@ import numpy as np
 from plguard.evals.data import load_completions
 from plguard.evals.labelled import targets
 from plguard.evals.metrics import auroc
-from plguard.evals.store import read_jsonl
+from plguard.records.store import read_jsonl
 
 dirs = [Path(d) for d in sys.argv[1:]]
 recs = [{r["id"]: r for r in read_jsonl(d / "guard.jsonl") if not r.get("error")} for d in dirs]

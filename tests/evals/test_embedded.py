@@ -19,8 +19,8 @@ import pytest
 
 from plguard import GuardConfig
 from plguard.evals.labelled import guard_labelled
-from plguard.evals.store import read_jsonl
 from plguard.evals.validate import validate_scorers
+from plguard.records.store import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
 METHODS = ("base", "policy_prompting", "llm_judge", "plguard")

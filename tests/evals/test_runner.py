@@ -10,8 +10,9 @@ import pytest
 
 from plguard import Guard, GuardConfig
 from plguard.errors import ConfigError
-from plguard.evals.runner import XSTestRun, run_safely
-from plguard.evals.store import JsonlStore, read_jsonl
+from plguard.evals.runner import XSTestRun
+from plguard.records.loop import run_safely
+from plguard.records.store import JsonlStore, read_jsonl
 from tests.scripted import ScriptedBackend
 
 from .conftest import make_guard, p_true, scripted_reply
@@ -270,3 +271,30 @@ def test_store_indexes_errors_as_not_done(tmp_path):
     assert [r["id"] for r in read_jsonl(path)] == ["a", "b"]
     third.compact()
     assert len(path.read_text().splitlines()) == 2 and JsonlStore(path).superseded == 0
+
+
+def test_map_into_isolates_a_failing_item_and_retries_it_on_resume(tmp_path):
+    from plguard.records.loop import map_into
+
+    store, calls, broken = JsonlStore(tmp_path / "m.jsonl"), [], {"c"}
+
+    def fn(xs):
+        calls.append(list(xs))
+        if broken & set(xs):
+            raise RuntimeError("transient")
+        return [x.upper() for x in xs]
+
+    def record(x, out):
+        if isinstance(out, BaseException):
+            return {"id": x, "error": str(out)}
+        return {"id": x, "error": None, "out": out}
+
+    items = ["a", "b", "c", "d", "e"]
+    n = map_into(store, items, str, fn, record, chunk=2, desc="t", progress=False)
+    assert (n.written, n.errors, n.skipped, n.retried) == (5, 1, 0, 0)
+    assert ["c"] in calls and ["d"] in calls  # the failed chunk was redone item by item
+    broken.clear()
+    again = JsonlStore(tmp_path / "m.jsonl")
+    n = map_into(again, items, str, fn, record, chunk=2, desc="t", progress=False)
+    assert (n.written, n.errors, n.skipped, n.retried) == (1, 0, 4, 1)
+    assert [r["out"] for r in read_jsonl(tmp_path / "m.jsonl")] == list("ABCDE")

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from plguard.errors import ConfigError
-from plguard.evals.store import check_same_config
+from plguard.records.store import check_same_config
 
 
 def test_resume_allows_fields_added_later_but_not_changed_values(tmp_path):

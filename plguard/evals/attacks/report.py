@@ -18,7 +18,7 @@ import numpy as np
 from plguard.evals.attacks.suite import KINDS
 from plguard.evals.attacks.transforms import ATTACKS
 from plguard.evals.metrics import N_BOOT, SEED, paired_bootstrap
-from plguard.evals.store import read_jsonl, write_json_atomic
+from plguard.records.store import read_jsonl, write_json_atomic
 
 GOAL = {"harmful": ("Harmful pairs (the guard should refuse)",
                     "Detected when the guard's action is `refuse`: the strongest unsafe rule "

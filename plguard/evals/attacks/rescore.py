@@ -19,8 +19,8 @@ from plguard.config import GuardConfig, Thresholds
 from plguard.decide import decide
 from plguard.errors import ConfigError, InputError
 from plguard.evals.attacks.runner import calibration_record, decision_fields
-from plguard.evals.store import git_commit, now_iso, read_jsonl, write_json_atomic
 from plguard.policy import Policy, load_policy
+from plguard.records.store import git_commit, now_iso, read_jsonl, write_json_atomic
 
 
 def run_calibration(manifest: Mapping[str, Any], run_dir: Path) -> dict[str, Any] | None:

@@ -28,8 +28,8 @@ from plguard.config import GuardConfig
 from plguard.errors import ConfigError
 from plguard.evals.attacks.suite import Pair, Suite, load_suite
 from plguard.evals.attacks.transforms import ATTACKS, Attacked, Context, check_attacks
-from plguard.evals.shards import error_text, run_safely
-from plguard.evals.store import (
+from plguard.records.loop import error_text, run_safely
+from plguard.records.store import (
     JsonlStore,
     check_same_config,
     exclusive,

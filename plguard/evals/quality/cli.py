@@ -68,7 +68,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text, encoding="utf-8")
-        from plguard.evals.store import write_json_atomic
+        from plguard.records.store import write_json_atomic
 
         write_json_atomic(Path(args.out).with_suffix(".json"), doc)
     print(text)

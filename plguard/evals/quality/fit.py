@@ -37,8 +37,8 @@ from plguard.config import GroundingConfig
 from plguard.errors import InputError
 from plguard.evals.calibration import apply_platt, brier, ece, fit_platt
 from plguard.evals.metrics import auroc
-from plguard.evals.store import is_error, now_iso, read_jsonl, read_manifest, write_json_atomic
 from plguard.policy import Policy, load_policy
+from plguard.records.store import is_error, now_iso, read_jsonl, read_manifest, write_json_atomic
 
 MIN_PER_CLASS = 5
 # What rewriting the refusal of an unsafe prompt costs, in fixed over-refusals: it is at

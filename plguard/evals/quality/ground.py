@@ -30,8 +30,9 @@ from plguard.config import GuardConfig
 from plguard.errors import ConfigError
 from plguard.evals.data import LabelledCompletion, load_completions, seeded_order
 from plguard.evals.quality.splits import check_split, in_split, load_split
-from plguard.evals.shards import error_text, run_safely
-from plguard.evals.store import (
+from plguard.policy import Policy, load_policy
+from plguard.records.loop import error_text, map_into
+from plguard.records.store import (
     JsonlStore,
     check_scoped_configs,
     exclusive,
@@ -41,7 +42,6 @@ from plguard.evals.store import (
     read_manifest,
     write_json_atomic,
 )
-from plguard.policy import Policy, load_policy
 from plguard.types import GenerationParams, PredicateSpec
 
 QUESTIONS_PER_CALL = 256
@@ -169,57 +169,47 @@ def _run(config: GuardConfig, out: Path, policy_names: Sequence[str], split: str
     # calls are sized by questions, about 256 (plenty for a batching backend), not by the
     # generation batch: a stopped run then loses minutes, not a quarter of an hour.
     bs = max(1, min(config.grounder_model.batch_size, QUESTIONS_PER_CALL // len(plan.specs)))
-    todo = [c for c in items if c.uid not in gstore]
-    summary = GroundSummary(out, len(items), 0, 0, 0)
-    from tqdm import tqdm
+    def grounded(c: LabelledCompletion, g: Any) -> dict[str, Any]:
+        rec = _record(c, split)
+        if isinstance(g, BaseException):
+            rec["error"] = error_text(g)
+        else:
+            rec["scores"] = {s.name: {"p": s.p_true, "lt": s.logprob_true,
+                                      "lf": s.logprob_false, "cut": s.truncated}
+                             for s in g.scores}
+        return rec
 
-    with tqdm(total=len(todo), desc="ground", unit="pair", disable=not progress,
-              file=sys.stderr, dynamic_ncols=True) as bar:
-        for start in range(0, len(todo), bs):
-            chunk = todo[start:start + bs]
-            outs = run_safely(lambda cs: grounder.ground([(c.prompt, c.completion)
-                                                          for c in cs]), chunk)
-            for c, g in zip(chunk, outs, strict=True):
-                rec = _record(c, split)
-                if isinstance(g, BaseException):
-                    rec["error"] = error_text(g)
-                    summary.errors += 1
-                else:
-                    rec["scores"] = {s.name: {"p": s.p_true, "lt": s.logprob_true,
-                                              "lf": s.logprob_false, "cut": s.truncated}
-                                     for s in g.scores}
-                    summary.grounded += 1
-                gstore.append(rec)
-            bar.update(len(chunk))
+    g = map_into(gstore, items, lambda c: c.uid,
+                 lambda cs: grounder.ground([(c.prompt, c.completion) for c in cs]),
+                 grounded, chunk=bs, desc="ground", unit="pair", progress=progress)
+    summary = GroundSummary(out, len(items), g.written - g.errors, 0, g.errors)
     if jtodo:
         if gen is None:
             gen = load_backend(config.generator)
             manifest["generator"] = model_identity(gen, config.generator.path)
             write_json_atomic(mpath, manifest)
-        bs = config.generator.batch_size
         gc = config.generation
         methods = Methods(gen, load_policy(config.policy).text,
                           GenerationParams(max_new_tokens=gc.max_new_tokens,
                                            temperature=gc.temperature),
                           judge_params(config.eval.judge_max_new_tokens,
                                        config.eval.judge_structured))
-        with tqdm(total=len(jtodo), desc="judge", unit="pair", disable=not progress,
-                  file=sys.stderr, dynamic_ncols=True) as bar:
-            for start in range(0, len(jtodo), bs):
-                chunk = jtodo[start:start + bs]
-                jouts = run_safely(lambda cs: methods.judge([c.prompt for c in cs],
-                                                            [c.completion for c in cs])[0],
-                                   chunk)
-                for c, j in zip(chunk, jouts, strict=True):
-                    rec = _record(c, split)
-                    if isinstance(j, BaseException):
-                        rec["error"] = error_text(j)
-                    else:
-                        rec.update(verdict=j.verdict, parsed=j.parsed, rationale=j.rationale,
-                                   raw=j.raw)
-                        summary.judged += 1
-                    jstore.append(rec)
-                bar.update(len(chunk))
+
+        def judged(c: LabelledCompletion, j: Any) -> dict[str, Any]:
+            rec = _record(c, split)
+            if isinstance(j, BaseException):
+                rec["error"] = error_text(j)
+            else:
+                rec.update(verdict=j.verdict, parsed=j.parsed, rationale=j.rationale,
+                           raw=j.raw)
+            return rec
+
+        jc = map_into(jstore, jtodo, lambda c: c.uid,
+                      lambda cs: methods.judge([c.prompt for c in cs],
+                                               [c.completion for c in cs])[0],
+                      judged, chunk=config.generator.batch_size, desc="judge", unit="pair",
+                      progress=progress)
+        summary.judged = jc.written - jc.errors
     session.update(ended=now_iso(), grounded=summary.grounded, judged=summary.judged,
                    errors=summary.errors)
     write_json_atomic(mpath, manifest)

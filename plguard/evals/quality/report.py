@@ -39,8 +39,8 @@ from plguard.evals.quality.fit import (
     strongest,
 )
 from plguard.evals.quality.types import render_types, type_breakdown
-from plguard.evals.store import read_jsonl, write_json_atomic
 from plguard.policy import Policy, load_policy
+from plguard.records.store import read_jsonl, write_json_atomic
 
 WEAK_PREDICATE = 0.6
 

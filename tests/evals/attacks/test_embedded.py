@@ -7,7 +7,7 @@ import json
 import pytest
 
 from plguard.cli import main
-from plguard.evals.store import read_jsonl
+from plguard.records.store import read_jsonl
 
 
 @pytest.mark.slow

@@ -13,8 +13,8 @@ from plguard.errors import ConfigError
 from plguard.evals.attacks.report import summarise
 from plguard.evals.attacks.runner import TEXT_LIMIT, AttackRun
 from plguard.evals.attacks.suite import load_suite
-from plguard.evals.store import read_jsonl
 from plguard.policy import load_policy
+from plguard.records.store import read_jsonl
 from tests.scripted import ScriptedBackend
 
 SUITE = load_suite()
