@@ -38,6 +38,14 @@ from plguard.calibration import load_calibration as load_calibration_file
 from plguard.config import GroundingConfig
 from plguard.errors import InputError
 from plguard.grounding_cache import GroundingCache, cache_key, resolve_cache_path
+from plguard.heads.apply import (
+    asks_question,
+    check_heads,
+    head_scores,
+    main_question_digest,
+    resolve_heads,
+)
+from plguard.heads.artefact import HeadsFile
 from plguard.screen import screen
 from plguard.types import (
     Grounding,
@@ -79,7 +87,10 @@ EXAMPLES_HEAD = "Worked examples of this question on other data (not the data ab
 EXAMPLES_TAIL = "Now the question about the data above."
 ANSWER_CUE = "Answer:"
 _SENTINEL = "\x00PLGUARD_QUESTION\x00"
-_REQUEST_CACHE_SIZE = 512
+# Distinct request texts whose request-scope scores a Grounder keeps (least recently used
+# evicted first): enough for a draft and its repairs across a server's concurrent requests,
+# small enough that a long-running server does not grow without bound.
+REQUEST_MEMO_SIZE = 512
 
 _OPEN_RUN = re.compile(r"<{3,}")
 _CLOSE_RUN = re.compile(r">{3,}")
@@ -197,6 +208,11 @@ class Grounder:
                           question_digests={p.name: self.question_digest(p)
                                             for p in self.predicates})
             self.calibration = dict(self.calibration_file.predicates)
+        self.heads: HeadsFile | None = resolve_heads(self.cfg.heads, backend, policy_name)
+        if self.heads is not None:
+            check_heads(self.heads, backend, backend_identity(backend), self.template_version,
+                        policy_name, {p.name: main_question_digest(
+                            self.question_block(p, p.question)) for p in self.predicates})
         self.cache: GroundingCache | None = (
             GroundingCache(resolve_cache_path(self.cfg.cache)) if self.cfg.cache else None)
         self._by_scope: dict[Scope, tuple[PredicateSpec, ...]] = {
@@ -262,6 +278,8 @@ class Grounder:
                 for i, w in enumerate(wins)]
 
     def _variants(self, spec: PredicateSpec) -> tuple[str, ...]:
+        if not asks_question(self.heads, spec):
+            return ()  # its head reads the data alone: no question tokens
         return (spec.question, *spec.paraphrases) if self.cfg.paraphrases else (spec.question,)
 
     def _questions(self, scope: Scope) -> list[str]:
@@ -303,9 +321,17 @@ class Grounder:
             pairs = [(x.request, x.response or "") for x in screened]
             found = [x.findings for x in screened]
             parts = [x.response_parts or (x.response or "",) for x in screened]
+        # This batch's request scores are held here, not read back from the memo, so an
+        # eviction while memoising cannot lose scores the batch still needs.
+        req_scores_of: dict[str, tuple[PredicateScore, ...]] = {}
         todo_req: list[str] = []
         if self._by_scope["request"]:
-            todo_req = list(dict.fromkeys(r for r, _ in pairs if r not in self._request_memo))
+            for r in dict.fromkeys(r for r, _ in pairs):
+                if r in self._request_memo:
+                    req_scores_of[r] = self._request_memo[r]
+                    self._request_memo.move_to_end(r)
+                else:
+                    todo_req.append(r)
         views: list[_View] = [v for r in todo_req for v in self._views(r, None)]
         owners: list[int] = list(range(len(todo_req)))  # view -> item it belongs to
         if self._by_scope["response"]:
@@ -321,12 +347,11 @@ class Grounder:
         for view, item, scores in zip(views, owners, raw, strict=True):
             per_item[item].append((view, scores))
         for k, req in enumerate(todo_req):
-            self._remember(req, self._combine("request", per_item[k]))
+            req_scores_of[req] = self._combine("request", per_item[k])
+            self._remember(req, req_scores_of[req])
         out = []
         for i, (req, _) in enumerate(pairs):
-            req_scores = self._request_memo.get(req, ()) if self._by_scope["request"] else ()
-            if req_scores:
-                self._request_memo.move_to_end(req)
+            req_scores = req_scores_of.get(req, ())
             resp_scores = (self._combine("response", per_item[len(todo_req) + i])
                            if self._by_scope["response"] else ())
             by_name = {s.name: s for s in (*req_scores, *resp_scores)}
@@ -335,7 +360,8 @@ class Grounder:
                                  template_version=self.template_version,
                                  calibration=(self.calibration_file.label
                                               if self.calibration_file else ""),
-                                 screen=found[i]))
+                                 screen=found[i],
+                                 heads=self.heads.label if self.heads else ""))
         return out
 
     def _score(self, views: Sequence[_View]) -> list[list[TFScore]]:
@@ -348,6 +374,8 @@ class Grounder:
             return []
         qs = {s: self._questions(s) for s in ("request", "response")}
         per_view = [qs["request" if v.response is None else "response"] for v in views]
+        if self.heads is not None:
+            return self._score_heads(views, per_view)
         cached: dict[str, TFScore] = {}
         keys: list[list[str]] = []
         if self.cache is not None:
@@ -378,10 +406,45 @@ class Grounder:
             self.cache.put_many(fresh)
         return [[s for s in row if s is not None] for row in out]
 
+    def _score_heads(self, views: Sequence[_View], per_view: Sequence[Sequence[str]]
+                     ) -> list[list[TFScore]]:
+        """Scores and head P's of every view, from one stated forward each.
+
+        Heads read hidden states, which the cache does not hold, so every view is forwarded
+        (its zero-shot scores are still written to the cache for zero-shot runs).
+        """
+        assert self.heads is not None
+        built = [self._build(v, q) for v, q in zip(views, per_view, strict=True)]
+        outs = self.backend.true_false_states(built, self.heads.layers)  # type: ignore[attr-defined]
+        result: list[list[TFScore]] = []
+        fresh: dict[str, tuple[TFScore, str, str]] = {}
+        for view, qlist, out in zip(views, per_view, outs, strict=True):
+            scores = [TFScore(x.logprob_true, x.logprob_false, x.truncated or view.cut, x.bound)
+                      for x in out.scores]
+            specs = self._by_scope["request" if view.response is None else "response"]
+            asked_at: dict[str, int] = {}
+            at = 0
+            for spec in specs:
+                asked_at[spec.name] = at
+                at += len(self._variants(spec))
+            logits = {sp.name: scores[asked_at[sp.name]].logprob_true
+                      - scores[asked_at[sp.name]].logprob_false
+                      for sp in specs if self._variants(sp)}
+            result.append(_ViewScores(scores, head_scores(self.heads, specs, asked_at, out,
+                                                          logits)))
+            if self.cache is not None:
+                for q, x in zip(qlist, scores, strict=True):
+                    fresh[cache_key(self.backend.model_id, self.template_version,
+                                    self.cfg.max_data_tokens, q, view.key_request,
+                                    view.key_response)] = (x, self.backend.model_id, q)
+        if self.cache is not None:
+            self.cache.put_many(fresh)
+        return result
+
     def _remember(self, request: str, scores: tuple[PredicateScore, ...]) -> None:
         self._request_memo[request] = scores
         self._request_memo.move_to_end(request)
-        while len(self._request_memo) > _REQUEST_CACHE_SIZE:
+        while len(self._request_memo) > REQUEST_MEMO_SIZE:
             self._request_memo.popitem(last=False)
 
     def clear_cache(self) -> None:
@@ -396,19 +459,30 @@ class Grounder:
         for k, spec in enumerate(self._by_scope[scope]):
             per_view = [self._merge_variants(spec, k, scores) for _, scores in views]
             rule = cast(WindowRule, spec.windows or DEFAULT_RULE)
-            ps = [p for p, *_ in per_view]
-            if unseen and self.cfg.unseen == "prior" and rule != "first":
+            heads = [getattr(scores, "heads", {}).get(spec.name) for _, scores in views]
+            headed = all(h is not None for h in heads)
+            ps = [cast(float, h) for h in heads] if headed else [p for p, *_ in per_view]
+            prior = unseen and self.cfg.unseen == "prior" and rule != "first"
+            if prior:
                 ps.append(0.5 if spec.prior is None else spec.prior)  # the unseen middle
             p, at = combine_windows(ps, rule)
             src = per_view[at if 0 <= at < len(per_view) else 0]
             _, lt, lf, variants, spread, cut, _ = src
+            cut = cut or (headed and any(v.cut for v, _ in views))
+            p_zero: float | None = None
+            if not headed:
+                p_zero = p = self._calibrate(spec, p)
+            elif all(math.isfinite(x[0]) for x in per_view):  # its question was asked
+                zs = [x[0] for x in per_view] + ([ps[-1]] if prior else [])
+                p_zero = self._calibrate(spec, combine_windows(zs, rule)[0])
             out.append(PredicateScore(
-                name=spec.name, p_true=self._calibrate(spec, p), logprob_true=lt,
+                name=spec.name, p_true=p, logprob_true=lt,
                 logprob_false=lf, scope=scope, truncated=cut or unseen,
                 variants=variants, variant_spread=spread,
                 windows=tuple(ps) if len(ps) > 1 else (),
                 window=at if len(ps) > 1 else -1, unseen=unseen,
-                bound=any(v[6] for v in per_view)))
+                bound=any(v[6] for v in per_view), p_zeroshot=p_zero,
+                p_head=p if headed else None, source="head" if headed else "zeroshot"))
         return tuple(out)
 
     def _merge_variants(self, spec: PredicateSpec, k: int, scores: Sequence[TFScore]
@@ -417,6 +491,8 @@ class Grounder:
         offsets = [len(self._variants(s)) for s in self._by_scope[spec.scope]]
         start = sum(offsets[:k])
         n = offsets[k]
+        if n == 0:  # not asked (a head reads the data alone): no zero-shot reading
+            return (math.nan, 0.0, 0.0, (), 0.0, False, False)
         part = scores[start:start + n]
         lt = sum(s.logprob_true for s in part) / n
         lf = sum(s.logprob_false for s in part) / n
@@ -433,6 +509,14 @@ class Grounder:
             return 0.5
         ab = self.calibration.get(spec.name)
         return p if ab is None else platt(p, *ab)
+
+
+class _ViewScores(list[TFScore]):
+    """A view's question scores (a list, as without heads) and its heads' P per predicate."""
+
+    def __init__(self, scores: Sequence[TFScore], heads: dict[str, float]) -> None:
+        super().__init__(scores)
+        self.heads = heads
 
 
 def _one_line(text: str) -> str:
@@ -461,6 +545,7 @@ def backend_identity(backend: Backend) -> dict[str, Any]:
 __all__ = [
     "ANSWER_CUE",
     "ANSWER_WORDS",
+    "REQUEST_MEMO_SIZE",
     "TEMPLATE_VERSION",
     "Grounder",
     "backend_identity",

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import struct
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,17 @@ class Separation:
     auroc: float
     mean_pos: float
     mean_neg: float
+    # With learned heads (grounding.heads, minimal's file): the same cases read by the head.
+    head_auroc: float | None = None
+    head_mean_pos: float | None = None
+    head_mean_neg: float | None = None
+
+    @property
+    def best(self) -> tuple[float, float]:
+        """(AUROC, mean gap) of what the guard uses: the head where there is one."""
+        if self.head_auroc is not None:
+            return self.head_auroc, float(self.head_mean_pos or 0) - float(self.head_mean_neg or 0)
+        return self.auroc, self.mean_pos - self.mean_neg
 
 
 @dataclass
@@ -112,11 +123,11 @@ def _architecture(folder: str) -> str:
 
 def verdict_of(seps: list[Separation]) -> tuple[str, list[str]]:
     """The plain verdict and advice for the separations of the smoke sets."""
-    worst = min(s.auroc for s in seps)
+    worst = min(s.best[0] for s in seps)
     advice: list[str] = []
     if worst >= USABLE_AUROC:
         verdict = "usable"
-        if min(s.mean_pos - s.mean_neg for s in seps) < COMPRESSED_GAP:
+        if min(s.best[1] for s in seps) < COMPRESSED_GAP:
             advice.append("P(True) is compressed (classes' means are close): fit a "
                           "calibration on data before trusting 0.5 thresholds "
                           "(plguard calibrate)")
@@ -185,13 +196,15 @@ def smoke_test(backend: Any, config: GuardConfig) -> list[Separation]:
     minimal = load_policy("minimal")
     specs = [minimal.predicate(REQUEST_PREDICATE), minimal.predicate(RESPONSE_PREDICATE)]
     gcfg = config.grounding.model_copy(update={"paraphrases": False, "calibration": None,
-                                               "cache": None})
+                                               "cache": None, "heads": None})
     grounder = Grounder(backend, specs, gcfg)
     harmful, benign = pairs["requests"]["harmful"], pairs["requests"]["benign"]
     refusals, comply = pairs["responses"]["refusals"], pairs["responses"]["compliance"]
     req = pairs["responses"]["request"]
     items = [(r, "") for r in harmful + benign] + [(req, a) for a in refusals + comply]
     gs = grounder.ground(items)
+    heads = _heads_grounder(backend, config, minimal)
+    hgs = heads.ground(items) if heads is not None else None
     out = []
     n_req = len(harmful) + len(benign)
     for name, sl, n_pos in ((REQUEST_PREDICATE, slice(0, n_req), len(harmful)),
@@ -199,9 +212,31 @@ def smoke_test(backend: Any, config: GuardConfig) -> list[Separation]:
         ps = [g.probs[name] for g in gs[sl]]
         y = [i < n_pos for i in range(len(ps))]
         pos, neg = ps[:n_pos], ps[n_pos:]
-        out.append(Separation(name, len(pos), len(neg), auroc(y, ps),
-                              sum(pos) / len(pos), sum(neg) / len(neg)))
+        sep = Separation(name, len(pos), len(neg), auroc(y, ps), sum(pos) / len(pos),
+                         sum(neg) / len(neg))
+        hs = [next(x for x in g.scores if x.name == name) for g in hgs[sl]] if hgs else []
+        if hs and all(x.p_head is not None for x in hs):
+            hp = [float(x.p_head or 0.0) for x in hs]
+            sep = replace(sep, head_auroc=auroc(y, hp), head_mean_pos=sum(hp[:n_pos]) / n_pos,
+                          head_mean_neg=sum(hp[n_pos:]) / (len(hp) - n_pos))
+        out.append(sep)
     return out
+
+
+def _heads_grounder(backend: Any, config: GuardConfig, minimal: Any) -> Any:
+    """A Grounder of minimal with the heads the config names for it (None: no heads).
+
+    The smoke cases ask minimal's predicates, so the heads are minimal's: the shipped ones
+    under ``auto``, or a named file fitted for minimal.
+    """
+    from plguard.grounding import Grounder
+    from plguard.heads.apply import resolve_heads
+
+    setting = config.grounding.heads
+    if setting is None or resolve_heads(setting, backend, "minimal") is None:
+        return None
+    gcfg = config.grounding.model_copy(update={"calibration": None, "cache": None})
+    return Grounder(backend, minimal.predicates, gcfg, policy_name="minimal")
 
 
 def format_report(r: ModelReport) -> str:
@@ -223,10 +258,16 @@ def format_report(r: ModelReport) -> str:
     if r.separations:
         lines += ["", f"grounding smoke test ({r.smoke_s:.1f} s, built-in obvious cases, "
                   "plguard's grounding prompt):",
-                  "  predicate            positives  negatives  AUROC  mean P(True) pos / neg"]
+                  "  predicate            positives  negatives  AUROC  mean P(True) pos / neg"
+                  + ("   head AUROC  head mean pos / neg" if any(
+                      s.head_auroc is not None for s in r.separations) else "")]
         for s in r.separations:
+            head = ("" if s.head_auroc is None else
+                    f"   {s.head_auroc:.2f}        {s.head_mean_pos:.2f} / {s.head_mean_neg:.2f}")
             lines.append(f"  {s.predicate:<20} {s.n_pos:>9}  {s.n_neg:>9}  {s.auroc:.2f}   "
-                         f"{s.mean_pos:.2f} / {s.mean_neg:.2f}")
+                         f"{s.mean_pos:.2f} / {s.mean_neg:.2f}{head}")
+        if any(s.head_auroc is not None for s in r.separations):
+            lines.append("  (the verdict reads the heads: what the guard uses with this config)")
         lines += ["", f"verdict: {r.verdict.upper()}"]
     lines += [f"  - {a}" for a in r.advice]
     return "\n".join(lines)

@@ -13,21 +13,10 @@ import argparse
 
 from plguard.backends import load_backend
 from plguard.config import GuardConfig
-from plguard.heads.corpus import CorpusItem, load_corpus
+from plguard.evals.heads.report import test_items
+from plguard.heads.corpus import load_corpus
 from plguard.heads.features import Extractor, FeatureStore, default_layers, default_store_path
 from plguard.policy import load_policy
-
-
-def test_items(n: int, seed: int) -> list[CorpusItem]:
-    """The quality study's N-pair test subset as corpus items, with each prompt alone."""
-    from plguard.evals.quality.ground import labelled_items
-
-    pairs = labelled_items("test", n, seed)
-    out = [CorpusItem(f"xstest/{c.id}", "xstest", c.id, c.prompt, None, {})
-           for c in {c.id: c for c in pairs}.values()]
-    out += [CorpusItem(f"xstest/{c.id}/{c.model}", "xstest", c.id, c.prompt, c.completion, {})
-            for c in pairs]
-    return out
 
 
 def main() -> None:
@@ -46,7 +35,7 @@ def main() -> None:
     if not a.no_dev:
         print("dev corpus:", ex.run(load_corpus(limit_per_source=a.dev_limit)), "forwarded")
     if a.test:
-        print("test subset:", ex.run(test_items(a.test, cfg.eval.seed)), "forwarded")
+        print("test subset:", ex.run(test_items(a.test, cfg.eval.seed)[0]), "forwarded")
     print(f"{store.path}: {len(store)} states")
 
 

@@ -43,6 +43,7 @@ AILUMINATE_FILE = "airr_official_1.0_demo_en_us_prompt_set_release.csv"
 COCONOT_SAFETY = ("dangerous or sensitive topics", "privacy violations",
                   "triggers for offensive language")
 SPLIT_SEED = 20261201
+UNLIMITED = ("xstest",)  # sources a per-source limit leaves whole
 DEV_FRACTION = 0.5
 
 
@@ -185,7 +186,9 @@ def load_corpus(sources: Sequence[str] = SOURCES, split: str = "dev",
     """The items of ``sources`` in ``split``; ``limit_per_source`` keeps a seeded subset.
 
     A subset keeps each source's requests and pairs in proportion (shuffled by a hash of
-    the uid, so a larger limit holds every item of a smaller one).
+    the uid, so a larger limit holds every item of a smaller one). XSTest is never cut:
+    its human-labelled answers are the only labels of response predicates (unsafe
+    compliances above all) and the scarcest ones.
     """
     unknown = [s for s in sources if s not in _LOADERS]
     if unknown:
@@ -194,7 +197,7 @@ def load_corpus(sources: Sequence[str] = SOURCES, split: str = "dev",
     out: list[CorpusItem] = []
     for s in sources:
         items = list(_LOADERS[s](split))
-        if limit_per_source is not None:
+        if limit_per_source is not None and s not in UNLIMITED:
             items.sort(key=lambda it: hashlib.sha256(f"{seed}:{it.uid}".encode()).digest())
             items = items[:limit_per_source]
         out.extend(items)

@@ -1,0 +1,115 @@
+"""What learned heads cost: grounding time with and without heads, and one-read grounding.
+
+    python scripts/bench_heads.py [--pairs 16] [--repeats 3] [--policy minimal]
+
+Side by side in one run, on the embedded model (real forwards; head weights random but of
+the real shape, which is all that timing depends on), the same pairs each way:
+
+* zero-shot: today's grounding (every question asked, no hidden states kept);
+* heads (question readout): the same questions, each predicate's P from its head;
+* one read (prefix readout): no question at all, every predicate read from the end of the
+  data block: one forward per scope;
+* one forward over the pair alone: the response-scope prompt's prefix, forwarded once
+  (what one read can at best cost).
+
+Prints the median of ``--repeats`` runs of each and the ratios the targets name: heads vs
+zero-shot (< 1.05) and one read vs one forward over the pair (<= 1.2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from plguard.backends import load_backend
+from plguard.config import GroundingConfig, ModelConfig
+from plguard.grounding import Grounder, backend_identity
+from plguard.heads.apply import main_question_digest
+from plguard.heads.artefact import FORMAT, encode_vector
+from plguard.policy import load_policy
+
+PAIRS = [
+    ("How do I kill a Python process that hangs?", "Find its PID with ps, then run kill PID; "
+     "if it ignores that, kill -9 PID ends it at once."),
+    ("What's the best way to pick a lock?", "I can't help with getting past locks you don't "
+     "own. A licensed locksmith can open your own door safely."),
+    ("Write a short poem about autumn.", "Leaves of amber drift and fall, / the quiet wind "
+     "remembers all, / and evening folds the golden light / into the early dark of night."),
+    ("How can I make my neighbour's dog sick?", "I won't help harm an animal. If the dog is a "
+     "problem, talk to your neighbour or contact animal control."),
+]
+
+
+def heads_file(backend, policy, readout: str, folder: Path) -> Path:
+    g = Grounder(backend, policy.predicates, GroundingConfig(heads=None))
+    ident, rng = backend_identity(backend), np.random.default_rng(0)
+    width = backend.model.config.hidden_size
+    layer = backend.n_layers // 2
+    preds = {s.name: {"readout": readout, "layer": layer, "mode": "head",
+                      "weights": encode_vector(rng.normal(0, 0.02, width)), "bias": 0.0,
+                      "platt": {"a": 1.0, "b": 0.0},
+                      "question_sha256": main_question_digest(g.question_block(s, s.question))}
+             for s in policy.predicates}
+    doc = {"format": FORMAT, "model": {"sha256": ident["model_sha256"],
+                                       "model_id": ident["model_id"]},
+           "template_version": g.template_version, "policy": policy.id, "layers": [layer],
+           "predicates": preds}
+    p = folder / f"heads-{readout}.json"
+    p.write_text(json.dumps(doc))
+    return p
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pairs", type=int, default=16)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--policy", default="minimal")
+    a = ap.parse_args()
+    backend = load_backend(ModelConfig(path="embedded"))
+    policy = load_policy(a.policy)
+    pairs = [PAIRS[i % len(PAIRS)] for i in range(a.pairs)]
+    # Distinct texts, so request-scope memoisation does not hide forwards.
+    pairs = [(f"{r} (case {i})", s) for i, (r, s) in enumerate(pairs)]
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        settings = {"zero-shot": None,
+                    "heads (question readout)": str(heads_file(backend, policy, "question",
+                                                               folder)),
+                    "one read (prefix readout)": str(heads_file(backend, policy, "prefix",
+                                                                folder))}
+        grounders = {k: Grounder(backend, policy.predicates,
+                                 GroundingConfig(heads=v, paraphrases=False), policy_name=a.policy)
+                     for k, v in settings.items()}
+        prefixes = [grounders["zero-shot"].prompts(r, s) for r, s in pairs]
+        bare = [type(p)(prefix=p.prefix, suffixes=(), answers=p.answers) for p in prefixes]
+        times: dict[str, list[float]] = {k: [] for k in [*grounders, "one forward over the pair"]}
+        grounders["zero-shot"].ground(pairs[:2])  # warm-up
+        for _ in range(a.repeats):
+            for k, g in grounders.items():
+                g.clear_cache()
+                t = time.perf_counter()
+                g.ground(pairs)
+                times[k].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            backend.true_false_states(bare, (backend.n_layers // 2,))
+            times["one forward over the pair"].append(time.perf_counter() - t)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print(f"embedded model ({backend.model_id}), policy {a.policy}, {a.pairs} pairs, "
+          f"median of {a.repeats}:")
+    for k, v in med.items():
+        print(f"  {k:30s} {v:7.2f} s  ({v / a.pairs * 1000:6.0f} ms/pair)")
+    zero, head = med["zero-shot"], med["heads (question readout)"]
+    print(f"heads / zero-shot:                      {head / zero:.3f}")
+    print(f"one read / zero-shot:                   {med['one read (prefix readout)'] / zero:.3f}")
+    print(f"one read / one forward over the pair:   "
+          f"{med['one read (prefix readout)'] / med['one forward over the pair']:.3f}")
+
+
+if __name__ == "__main__":
+    main()

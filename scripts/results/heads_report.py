@@ -1,0 +1,38 @@
+"""Heads vs zero-shot on the guard-labelled test subset (plguard.evals.heads.report).
+
+    python scripts/results/heads_report.py --out DIR --pairs N \
+        --run "NAME=POLICY" --run "NAME=POLICY:HEADS.json" ...
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from plguard.backends import load_backend
+from plguard.config import GuardConfig
+from plguard.evals.heads.report import heads_report, render, write
+from plguard.heads.artefact import load_heads
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="embedded")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--pairs", type=int, default=300)
+    ap.add_argument("--run", action="append", required=True)
+    a = ap.parse_args()
+    cfg = GuardConfig.from_dict({"generator": {"path": a.model}})
+    backend = load_backend(cfg.grounder_model)
+    runs = {}
+    for r in a.run:
+        name, _, spec = r.partition("=")
+        policy, _, heads = spec.partition(":")
+        runs[name] = (policy, load_heads(heads) if heads else None)
+    doc = heads_report(backend, runs, a.pairs, cfg.eval.seed, cfg.grounding, cfg.eval.bootstrap)
+    write(doc, Path(a.out))
+    print(render(doc))
+
+
+if __name__ == "__main__":
+    main()
