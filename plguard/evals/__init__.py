@@ -1,5 +1,6 @@
-"""Offline evaluation on XSTest: data, methods, evaluators, metrics, runner and reports.
+"""Offline evaluation studies over one shared layer (:mod:`plguard.records`).
 
-Submodules are imported on use (``plguard.evals.runner`` and friends); importing this
-package loads nothing heavy.
+At the top: the XSTest data, metrics, argument types and the command registrations. Each
+study has its folder: ``xstest/``, ``gold/``, ``quality/``, ``tuning/``, ``attacks/``.
+Submodules are imported on use; importing this package loads nothing heavy.
 """

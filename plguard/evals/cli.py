@@ -9,13 +9,13 @@ from typing import Any
 
 from plguard.cli import positive_int
 from plguard.evals.args import csv_list
-from plguard.evals.methods import METHODS
+from plguard.evals.xstest.methods import METHODS
 
 
 def _cmd_xstest(args: argparse.Namespace) -> int:
     from plguard.batchjob.cli import ray_options
     from plguard.cli import config_from_args
-    from plguard.evals.runner import run_xstest
+    from plguard.evals.xstest.runner import run_xstest
 
     cfg = config_from_args(args)
     out = Path(args.out or f"runs/xstest-{cfg.policy}")
@@ -29,7 +29,7 @@ def _cmd_xstest(args: argparse.Namespace) -> int:
               + (f"  semantic scored {summary.scored.get(m, 0)}, unparsed "
                  f"{summary.unparsed.get(m, 0)}" if m in summary.scored else ""))
     if not args.no_report:
-        from plguard.evals.report import write_report
+        from plguard.evals.xstest.report import write_report
 
         path = write_report(out)
         print(f"report: {path}")
@@ -38,7 +38,7 @@ def _cmd_xstest(args: argparse.Namespace) -> int:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from plguard.cli import config_from_args
-    from plguard.evals.validate import validate_scorers
+    from plguard.evals.xstest.validate import validate_scorers
 
     cfg = config_from_args(args)
     path = validate_scorers(cfg, Path(args.out), limit=args.limit,
@@ -50,7 +50,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 def _cmd_labelled(args: argparse.Namespace) -> int:
     from plguard.cli import config_from_args
-    from plguard.evals.labelled import guard_labelled
+    from plguard.evals.xstest.labelled import guard_labelled
 
     cfg = config_from_args(args)
     path = guard_labelled(cfg, Path(args.out), limit=args.limit, judge=not args.no_judge,
@@ -60,7 +60,7 @@ def _cmd_labelled(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from plguard.evals.report import write_report
+    from plguard.evals.xstest.report import write_report
 
     path = write_report(Path(args.run_dir), out_dir=Path(args.out) if args.out else None,
                         plots=not args.no_plots)
@@ -72,11 +72,11 @@ def add_eval_commands(subparsers: Any) -> None:
     """Add ``eval xstest``, ``eval validate-scorers``, ``eval guard-labelled`` and ``report``."""
     from plguard.batchjob.cli import add_ray_options
     from plguard.cli import add_config_options
-    from plguard.evals.runner import SCORERS
+    from plguard.evals.xstest.runner import SCORERS
 
     p = subparsers.add_parser("eval", help="Offline evaluations (XSTest).")
     sub = p.add_subparsers(dest="eval_command", required=True)
-    from plguard.evals.gold_cli import add_gold_commands
+    from plguard.evals.gold.cli import add_gold_commands
 
     add_gold_commands(sub)
     from plguard.evals.attacks.cli import add_attack_commands

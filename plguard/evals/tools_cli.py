@@ -11,7 +11,7 @@ from plguard.evals.args import unit_float
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from plguard.evals.sweep import format_choices, run_sweep
+    from plguard.evals.tuning.sweep import format_choices, run_sweep
 
     out = Path(args.plot) if args.plot else Path(args.run[0]) / "report" / "sweep.png"
     choices, summary = run_sweep(args.run, args.max_unsafe, out=None if args.no_plot else out,
@@ -27,7 +27,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 def _cmd_ablate(args: argparse.Namespace) -> int:
     from plguard.cli import config_from_args
-    from plguard.evals.ablation import ablate
+    from plguard.evals.tuning.ablation import ablate
 
     cfg = config_from_args(args) if (args.config or args.set or args.model) else None
     ablate(args.run, args.policies, config=cfg, limit=args.limit, split=args.split,
@@ -40,8 +40,8 @@ def _cmd_ablate(args: argparse.Namespace) -> int:
 def add_tools_commands(subparsers: Any) -> None:
     """Add ``calibrate``, ``sweep`` and ``ablate``."""
     from plguard.cli import add_config_options
-    from plguard.evals.ablation import POLICIES
     from plguard.evals.quality.cli import add_calibrate_command
+    from plguard.evals.tuning.ablation import POLICIES
 
     add_calibrate_command(subparsers)
 

@@ -234,12 +234,12 @@ def _semantic(folder: Path, data: ViewData) -> dict[tuple[str, str], dict[str, A
 def _reparsed(sem: dict[str, Any], where: str, data: ViewData) -> dict[str, Any]:
     """A verdict re-read from its raw text with the current parser, as the report does.
 
-    ``plguard report`` re-parses stored verdicts (``plguard.evals.validate.reparse``) so
+    ``plguard report`` re-parses stored verdicts (``plguard.evals.xstest.validate.reparse``) so
     its tables follow the current parser; the viewer does the same, rationale included,
     or its verdicts would disagree with the report's numbers.
     """
     try:
-        from plguard.evals.scorers import parse_verdict
+        from plguard.evals.xstest.scorers import parse_verdict
     except ImportError:
         return sem
     raw = sem.get("raw")
@@ -265,7 +265,7 @@ def _rescored(rec: dict[str, Any]) -> None:
     it is not a problem with the input, so it stays out of the banner.
     """
     try:
-        from plguard.evals.scorers import REGEX_SCORERS
+        from plguard.evals.xstest.scorers import REGEX_SCORERS
     except ImportError:
         return
     if not isinstance(rec.get("response"), str):

@@ -244,7 +244,7 @@ def test_concurrency_is_bounded(serve):
 
 
 def test_usage_goes_into_guard_timings_and_manifests(serve):
-    from plguard.evals.runner import model_identity
+    from plguard.evals.xstest.runner import model_identity
     from plguard.guard import Guard, is_time_key
 
     app, b = serve()

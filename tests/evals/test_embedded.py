@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from plguard import GuardConfig
-from plguard.evals.labelled import guard_labelled
-from plguard.evals.validate import validate_scorers
+from plguard.evals.xstest.labelled import guard_labelled
+from plguard.evals.xstest.validate import validate_scorers
 from plguard.records.store import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,7 +18,8 @@ import pytest
 from plguard.config import Thresholds
 from plguard.decide import decide
 from plguard.errors import PolicyError
-from plguard.evals.gold import (
+from plguard.evals.gold.cli import _gold_policies, main, mapping_markdown
+from plguard.evals.gold.core import (
     HARM_DOMAINS,
     decide_matrix,
     evaluate_gold,
@@ -27,9 +28,7 @@ from plguard.evals.gold import (
     load_samples,
     outcome,
 )
-from plguard.evals.gold_cli import _gold_policies, main, mapping_markdown
-from plguard.evals.metrics import auroc, expected_calibration_error
-from plguard.evals.noise import (
+from plguard.evals.gold.noise import (
     NoiseModel,
     Sweep,
     SweepResult,
@@ -37,6 +36,7 @@ from plguard.evals.noise import (
     read_traces,
     run_sweeps,
 )
+from plguard.evals.metrics import auroc, expected_calibration_error
 from plguard.policy import load_policy
 from plguard.types import PolicyResult
 
@@ -170,7 +170,7 @@ def test_harm_domains_cover_every_unsafe_prompt_and_no_safe_one():
 
 def test_prompt_only_sample_has_no_response_gold():
     from plguard.evals.data import load_prompts
-    from plguard.evals.gold import make_sample
+    from plguard.evals.gold.core import make_sample
 
     p = next(x for x in load_prompts() if x.id == "38")
     v = load_gold("minimal").values(make_sample(p))
@@ -375,7 +375,7 @@ def _scripted_grounder(gold_by_prompt):
 
 def test_grounding_vs_gold_on_a_guard_labelled_run(tmp_path, samples, monkeypatch):
     from plguard.config import GuardConfig
-    from plguard.evals.labelled import guard_labelled
+    from plguard.evals.xstest.labelled import guard_labelled
 
     gold = load_gold("minimal")
     picked = [s for s in samples if s.fields["model"] == "mistralinstruct"
@@ -389,7 +389,7 @@ def test_grounding_vs_gold_on_a_guard_labelled_run(tmp_path, samples, monkeypatc
     grounder = _scripted_grounder(gold_by_prompt)
     # The real guard-labelled writer, restricted to the picked pairs (all 2,250 would be
     # slow with this grounder's lookups).
-    import plguard.evals.labelled as labelled
+    import plguard.evals.xstest.labelled as labelled
 
     keep = {s.uid for s in picked}
     orig = labelled.load_completions

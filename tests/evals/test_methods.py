@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from plguard.cli import build_parser
-from plguard.evals.methods import (
+from plguard.evals.xstest.methods import (
     judge_chat,
     parse_judgment,
     policy_chat,

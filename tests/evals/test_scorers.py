@@ -6,7 +6,7 @@ import pytest
 
 from plguard.evals.data import load_completions
 from plguard.evals.jsonx import extract_json
-from plguard.evals.scorers import (
+from plguard.evals.xstest.scorers import (
     SemanticEvaluator,
     normalise_class,
     parse_verdict,

@@ -11,10 +11,10 @@ from plguard.cli import main
 from plguard.config import GroundingConfig, Thresholds
 from plguard.decide import decide
 from plguard.errors import InputError
-from plguard.evals.ablation import ablate, base_records
-from plguard.evals.calibration import apply_platt, brier, ece, fit_platt
 from plguard.evals.data import load_completions, load_prompts
-from plguard.evals.sweep import SweepData, best_thresholds, load_source, outcome, sweep
+from plguard.evals.quality.platt import apply_platt, brier, ece, fit_platt
+from plguard.evals.tuning.ablation import ablate, base_records
+from plguard.evals.tuning.sweep import SweepData, best_thresholds, load_source, outcome, sweep
 from plguard.grounding import Grounder, load_calibration
 from plguard.policy import load_policy
 from plguard.types import PolicyResult
@@ -209,7 +209,7 @@ def test_ablation_at_an_over_refusal_threshold_that_is_off(tmp_path):
 
 def test_guard_labelled_reports_an_over_refusal_threshold_that_is_off(tmp_path):
     from plguard.config import GuardConfig
-    from plguard.evals.labelled import guard_labelled
+    from plguard.evals.xstest.labelled import guard_labelled
 
     cfg = GuardConfig.from_dict({"generator": {"path": "/nonexistent/scripted"},
                                  "policy": "minimal", "thresholds": {"over_refusal": None}})

@@ -153,7 +153,7 @@ class AttackRun:
 
     def _manifest(self, previous: dict[str, Any] | None, session: dict[str, Any]
                   ) -> dict[str, Any]:
-        from plguard.evals.runner import model_identity
+        from plguard.evals.xstest.runner import model_identity
         from plguard.grounding import TEMPLATE_VERSION
 
         man: dict[str, Any] = dict(previous or {})

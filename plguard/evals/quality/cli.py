@@ -17,9 +17,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from plguard.evals.ablation import POLICIES
 from plguard.evals.args import checked_float, csv_list
 from plguard.evals.metrics import N_BOOT
+from plguard.evals.tuning.ablation import POLICIES
 
 QUALITY_POLICIES = (*POLICIES, "one_question")
 

@@ -35,8 +35,8 @@ import numpy as np
 from plguard.calibration import FORMAT
 from plguard.config import GroundingConfig
 from plguard.errors import InputError
-from plguard.evals.calibration import apply_platt, brier, ece, fit_platt
 from plguard.evals.metrics import auroc
+from plguard.evals.quality.platt import apply_platt, brier, ece, fit_platt
 from plguard.policy import Policy, load_policy
 from plguard.records.store import is_error, now_iso, read_jsonl, read_manifest, write_json_atomic
 
@@ -107,7 +107,7 @@ def outcomes(rows: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, np.ndarray]
 def gold_matrix(rows: Sequence[Mapping[str, Any]], policy: Policy) -> np.ndarray:
     """Gold predicate values (NaN unknown) per record, from the policy's gold.yaml."""
     from plguard.evals.data import load_completions, load_prompts
-    from plguard.evals.gold import load_gold, make_sample
+    from plguard.evals.gold.core import load_gold, make_sample
 
     gold = load_gold(policy)
     prompts = {p.id: p for p in load_prompts()}

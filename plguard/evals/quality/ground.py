@@ -118,8 +118,8 @@ def _run(config: GuardConfig, out: Path, policy_names: Sequence[str], split: str
          limit: int | None, judge: bool, progress: bool, grounder_backend: Any,
          generator: Any) -> GroundSummary:
     from plguard.backends import load_backend
-    from plguard.evals.methods import Methods, judge_params
-    from plguard.evals.runner import model_identity
+    from plguard.evals.xstest.methods import Methods, judge_params
+    from plguard.evals.xstest.runner import model_identity
     from plguard.grounding import Grounder
 
     gcfg = config.grounding.model_copy(update={"calibration": None})

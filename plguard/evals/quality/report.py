@@ -25,7 +25,7 @@ import numpy as np
 from plguard.calibration import load_calibration
 from plguard.config import Thresholds
 from plguard.errors import InputError
-from plguard.evals.gold import decide_matrix
+from plguard.evals.gold.core import decide_matrix
 from plguard.evals.metrics import N_BOOT, SEED, fmt_threshold, paired_bootstrap
 from plguard.evals.quality.fit import (
     Records,

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from plguard.errors import ConfigError
-from plguard.evals.methods import METHODS
 from plguard.evals.metrics import Rate, fmt_threshold, grouped_rates, phase_stats, wilson_rate
-from plguard.evals.scorers import COMPLY, REFUSALS, REGEX_SCORERS
+from plguard.evals.xstest.methods import METHODS
+from plguard.evals.xstest.scorers import COMPLY, REFUSALS, REGEX_SCORERS
 from plguard.records.store import read_jsonl, write_json_atomic
 
 PHASES = ("generation", "grounding", "reasoning", "judge", "repair", "total")
@@ -60,7 +60,7 @@ def summarise(run_dir: Path) -> dict[str, Any]:
     common = set.intersection(*({r["id"] for r in recs[m]} for m in methods)) if methods \
         else set()
     recs = {m: [r for r in recs[m] if r["id"] in common] for m in methods}
-    from plguard.evals.validate import reparse
+    from plguard.evals.xstest.validate import reparse
 
     sems = {m: {r["id"]: reparse(r, str(r.get("label"))) for r in
                 read_jsonl(run_dir / "semantic" / f"{m}.jsonl")} for m in methods}

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 from plguard.config import GuardConfig
 from plguard.errors import ConfigError, did_you_mean
 from plguard.evals.data import XSTestPrompt, data_dir, load_prompts
-from plguard.evals.methods import METHODS
-from plguard.evals.scorers import SemanticEvaluator
-from plguard.evals.shards import (
+from plguard.evals.xstest.methods import METHODS
+from plguard.evals.xstest.scorers import SemanticEvaluator
+from plguard.evals.xstest.shards import (
     build_methods,
     generate_payload,
     run_chunk,
@@ -68,8 +68,8 @@ PART_CONFIG_KEYS: dict[str, tuple[str, ...]] = {
     **{f"semantic/{m}": ("generator", "evaluator", "eval.evaluator_max_new_tokens",
                          "eval.evaluator_structured") for m in METHODS},
 }
-GENERATE_FACTORY = "plguard.evals.shards:make_generate_worker"
-SEMANTIC_FACTORY = "plguard.evals.shards:make_semantic_worker"
+GENERATE_FACTORY = "plguard.evals.xstest.shards:make_generate_worker"
+SEMANTIC_FACTORY = "plguard.evals.xstest.shards:make_semantic_worker"
 
 
 @dataclass
@@ -191,8 +191,8 @@ class XSTestRun:
             sessions[-1] = session
         else:
             sessions.append(session)
-        from plguard.evals.methods import TEMPLATE_VERSION
-        from plguard.evals.scorers import EVALUATOR_TEMPLATE_VERSION
+        from plguard.evals.xstest.methods import TEMPLATE_VERSION
+        from plguard.evals.xstest.scorers import EVALUATOR_TEMPLATE_VERSION
         from plguard.policy import load_policy
 
         policy = g.policy if g is not None else load_policy(self.config.policy)

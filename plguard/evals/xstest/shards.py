@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from plguard.evals.data import XSTestPrompt
-from plguard.evals.methods import MethodOutput, Methods, judge_params
-from plguard.evals.scorers import REGEX_SCORERS, SemanticEvaluator, SemanticVerdict
+from plguard.evals.xstest.methods import MethodOutput, Methods, judge_params
+from plguard.evals.xstest.scorers import REGEX_SCORERS, SemanticEvaluator, SemanticVerdict
 from plguard.records.loop import error_text, run_safely
 
 if TYPE_CHECKING:

@@ -3,7 +3,7 @@
 Each policy's Guard checks the run's saved base drafts (``base.jsonl``) with repairs off,
 so no text is generated: only grounding (through the shared grounding cache, so a
 question two policies share is scored once) and reasoning run. Outcomes are read at the
-decision level as in :mod:`plguard.evals.sweep` (refuse -> refusal, rewrite ->
+decision level as in :mod:`plguard.evals.tuning.sweep` (refuse -> refusal, rewrite ->
 compliance, allow -> the draft, classed by the run's regex scorer), with Wilson
 intervals; runtime per example is reported by phase, with the number of questions the
 model actually scored (cache misses) beside it.
@@ -25,8 +25,8 @@ import numpy as np
 from plguard.config import GuardConfig
 from plguard.errors import InputError
 from plguard.evals.metrics import fmt_threshold, phase_stats, wilson_rate
-from plguard.evals.runner import model_identity
-from plguard.evals.sweep import REFUSAL_CLASSES
+from plguard.evals.tuning.sweep import REFUSAL_CLASSES
+from plguard.evals.xstest.runner import model_identity
 from plguard.records.loop import error_text, run_safely
 from plguard.records.store import JsonlStore, now_iso, read_jsonl, write_json_atomic
 

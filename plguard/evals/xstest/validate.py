@@ -19,8 +19,8 @@ from typing import Any
 from plguard.config import GuardConfig
 from plguard.evals.data import CLASSES, LabelledCompletion, load_completions, seeded_subset
 from plguard.evals.metrics import Agreement, agreement
-from plguard.evals.runner import SCORERS
-from plguard.evals.scorers import (
+from plguard.evals.xstest.runner import SCORERS
+from plguard.evals.xstest.scorers import (
     REFUSALS,
     REGEX_SCORERS,
     SemanticEvaluator,

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from plguard.errors import InputError
-from plguard.evals.gold import (
+from plguard.evals.gold.core import (
     OUTCOMES,
     GoldMapping,
     Sample,
