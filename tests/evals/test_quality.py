@@ -16,6 +16,7 @@ from plguard.errors import ConfigError, InputError
 from plguard.evals.data import load_prompts
 from plguard.evals.metrics import auroc
 from plguard.evals.quality.fit import (
+    RewriteRule,
     _over_line,
     best_f1_threshold,
     fit_calibrations,
@@ -214,7 +215,8 @@ def test_fit_on_dev_and_report_on_test(grounded, tmp_path):
     # The scripted grounder reads harm from a few words, so most refusals of unsafe prompts
     # look like over-refusals to it: at the default cost no rewrite is worth it (tested
     # below); a cost of 0 fits the threshold that fixes every dev over-refusal.
-    paths = fit_calibrations(grounded, POLICIES, cal_dir, split="dev", rewrite_cost=0.0)
+    paths = fit_calibrations(grounded, POLICIES, cal_dir, split="dev",
+                             rewrite=RewriteRule(cost=0.0))
     doc = json.loads(paths[0].read_text())
     assert doc["fitted_on"]["split"] == ["dev"] and doc["model"]["model_id"] == "scripted"
     cal = doc["predicates"]["response_refuses"]

@@ -15,10 +15,13 @@ import hashlib
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from plguard.evals.args import checked_float, csv_list
 from plguard.evals.metrics import N_BOOT
+
+if TYPE_CHECKING:
+    from plguard.evals.quality.fit import RewriteRule
 from plguard.evals.tuning.ablation import POLICIES
 
 QUALITY_POLICIES = (*POLICIES, "one_question")
@@ -41,8 +44,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     from plguard.evals.quality.fit import fit_calibrations
 
     for path in fit_calibrations(args.run, args.policies, args.out, split=args.split,
-                                 rewrite_cost=args.rewrite_cost,
-                                 rewrite_alpha=args.rewrite_alpha):
+                                 rewrite=_rewrite(args)):
         print(path.with_suffix(".md").read_text(encoding="utf-8"))
         fitted = json.loads(path.read_text(encoding="utf-8"))["fitted_on"]
         print(f"calibration file: {path} ({fitted['n_left_out_errors']} pairs left out "
@@ -76,8 +78,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def calibrate_model(config: Any, policies: list[str], out: Path, *, work: Path | None,
-                    limit: int | None, progress: bool, rewrite_cost: float,
-                    rewrite_alpha: float) -> list[Path]:
+                    limit: int | None, progress: bool, rewrite: RewriteRule) -> list[Path]:
     """Ground the XSTest dev split with the configured model, then fit each policy."""
     from plguard.evals.quality.fit import fit_calibrations
     from plguard.evals.quality.ground import ground_labelled
@@ -90,8 +91,7 @@ def calibrate_model(config: Any, policies: list[str], out: Path, *, work: Path |
         work = cache_dir() / "calibration-runs" / key
     ground_labelled(config, work, policies=policies, split="dev", limit=limit, judge=False,
                     progress=progress)
-    return fit_calibrations(work, policies, out, split="dev", rewrite_cost=rewrite_cost,
-                            rewrite_alpha=rewrite_alpha)
+    return fit_calibrations(work, policies, out, split="dev", rewrite=rewrite)
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
@@ -110,18 +110,22 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         from plguard.evals.quality.fit import fit_calibrations
 
         paths = fit_calibrations(args.from_run, policies, args.out, split="dev",
-                                 rewrite_cost=args.rewrite_cost,
-                                 rewrite_alpha=args.rewrite_alpha)
+                                 rewrite=_rewrite(args))
     else:
         paths = calibrate_model(cfg, policies, Path(args.out),
                                 work=Path(args.work) if args.work else None,
                                 limit=args.limit, progress=not args.no_progress,
-                                rewrite_cost=args.rewrite_cost,
-                                rewrite_alpha=args.rewrite_alpha)
+                                rewrite=_rewrite(args))
     for path in paths:
         print(path.with_suffix(".md").read_text(encoding="utf-8"))
         print(f"calibration file: {path}  (use it with --set grounding.calibration={path})\n")
     return 0
+
+
+def _rewrite(args: argparse.Namespace) -> RewriteRule:
+    from plguard.evals.quality.fit import RewriteRule
+
+    return RewriteRule(args.rewrite_cost, args.rewrite_alpha)
 
 
 def _add_rewrite_cost(p: argparse.ArgumentParser) -> None:

@@ -282,18 +282,21 @@ def _entry(xs: np.ndarray, ys: np.ndarray, a: float, b: float, method: str, spec
                   "brier": finite_or_none(brier(cal, ys)) if ys.size else None}}
 
 
-def fit_policy(recs: Records, policy_name: str, rewrite_cost: float = REWRITE_COST,
-               rewrite_alpha: float = REWRITE_ALPHA) -> dict[str, Any]:
-    """The calibration document of one policy, fitted on ``recs``.
+@dataclass(frozen=True)
+class RewriteRule:
+    """When rewrites of over-refusals are worth switching on.
 
-    The unsafe threshold maximises F1; the over-refusal one maximises the net benefit of
-    rewriting (:func:`net_benefit_threshold`, ``rewrite_cost`` per pair of an unsafe
-    prompt rewritten) and is None (no rewrites) where none has a positive one that is
-    significant at ``rewrite_alpha``.
+    ``cost`` per pair of an unsafe prompt rewritten, in fixed over-refusals, and the
+    significance ``alpha`` the gain must reach (:func:`net_benefit_threshold`).
     """
-    policy = load_policy(policy_name)
-    if not recs.rows:
-        raise InputError("no error-free records to fit on")
+
+    cost: float = REWRITE_COST
+    alpha: float = REWRITE_ALPHA
+
+
+def fit_predicates(recs: Records, policy: Policy
+                   ) -> tuple[dict[int, tuple[float, float]], dict[str, Any], dict[str, str]]:
+    """Platt maps per predicate column: (params by column, file entries, why uncalibrated)."""
     raw = policy_matrix(recs, policy)
     gold = gold_matrix(recs.rows, policy)
     proxies = proxy_targets(recs.rows, policy, gold)
@@ -344,29 +347,24 @@ def fit_policy(recs: Records, policy_name: str, rewrite_cost: float = REWRITE_CO
             preds[spec.name] = _entry(*samples[j], a, b, "platt-pooled", spec, gcfg,
                                       f"pooled: {px.size} samples of {len(cols)} {scope} "
                                       f"predicates ({skipped.pop(spec.name)})")
-    calibrated = apply_calibration(np.nan_to_num(raw, nan=0.5), params)
-    u, o = strongest(policy, calibrated)
-    y_u, y_o = outcomes(recs.rows)
-    t_u, f1_u = best_f1_threshold(y_u, u)
-    # Safety first: a pair the unsafe rules refuse is never rewritten, so only the others
-    # count for or against a rewrite.
-    open_ = u < t_u
-    harm = np.array([r["label"] == "unsafe" for r in recs.rows], dtype=bool) & open_
-    y_open, o_open = y_o & open_, np.where(open_, o, -np.inf)
+    return params, preds, skipped
 
-    def rewrites(t: float | None) -> tuple[int, int]:
-        """(over-refusals fixed, pairs of unsafe prompts rewritten) at threshold ``t``."""
-        if t is None:
-            return 0, 0
-        fired = o_open >= t
-        return int((fired & y_open).sum()), int((fired & harm).sum())
 
-    t_o, net_o = net_benefit_threshold(y_open, o_open, harm, rewrite_cost, rewrite_alpha)
-    fixed, unlocked = rewrites(t_o)
-    # What the plain net benefit (no significance test) would pick, so a file says what
-    # the test turned off.
-    t_any, net_any = net_benefit_threshold(y_open, o_open, harm, rewrite_cost, alpha=1.0)
-    any_fixed, any_unlocked = rewrites(t_any)
+def fit_policy(recs: Records, policy_name: str, rewrite: RewriteRule = RewriteRule()
+               ) -> dict[str, Any]:
+    """The calibration document of one policy, fitted on ``recs``.
+
+    The unsafe threshold maximises F1; the over-refusal one maximises the net benefit of
+    rewriting (:func:`net_benefit_threshold` under ``rewrite``) and is None (no rewrites)
+    where none has a positive one that is significant.
+    """
+    policy = load_policy(policy_name)
+    if not recs.rows:
+        raise InputError("no error-free records to fit on")
+    params, preds, skipped = fit_predicates(recs, policy)
+    raw = policy_matrix(recs, policy)
+    thresholds = fit_thresholds(recs, policy, apply_calibration(np.nan_to_num(raw, nan=0.5),
+                                                                params), rewrite)
     m = recs.manifest
     return {
         "format": FORMAT, "created": now_iso(), "policy": policy.id,
@@ -382,32 +380,60 @@ def fit_policy(recs: Records, policy_name: str, rewrite_cost: float = REWRITE_CO
                                  "compliance for response predicates of the unsafe rules "
                                  "that gold.yaml leaves unknown); XSTest outcomes for "
                                  "thresholds"},
-        "predicates": preds, "uncalibrated": skipped,
-        "thresholds": {"unsafe": t_u, "over_refusal": t_o,
-                       "criterion": {"unsafe": "max F1",
-                                     "over_refusal": "max net benefit of rewriting: "
-                                     "over-refusals fixed - rewrite_cost x pairs of "
-                                     "unsafe prompts rewritten, among thresholds "
-                                     "where it is positive and significant at "
-                                     "rewrite_alpha; null when there is none"},
-                       "rewrite_cost": rewrite_cost,
-                       "rewrite_alpha": rewrite_alpha,
-                       "f1_unsafe": finite_or_none(f1_u),
-                       "net_benefit_over_refusal": net_o,
-                       "over_refusal_fixed": fixed,
-                       "unsafe_prompt_pairs_rewritten": unlocked,
-                       "rewrite_p_value": rewrite_p_value(fixed, unlocked, rewrite_cost),
-                       "untested": {"over_refusal": t_any, "net_benefit": net_any,
-                                    "over_refusal_fixed": any_fixed,
-                                    "unsafe_prompt_pairs_rewritten": any_unlocked,
-                                    "p_value": rewrite_p_value(any_fixed, any_unlocked,
-                                                               rewrite_cost)},
-                       "n_unsafe_positive": int(y_u.sum()),
-                       "n_over_refusal_positive": int(y_o.sum()),
-                       "n_unsafe_prompt_rows": int(harm.sum()),
-                       "n_over_refusal_open": int((y_o & open_).sum()),
-                       "note": "rewrite counts leave out the pairs the unsafe rules refuse "
-                               "at the unsafe threshold (safety first)"}}
+        "predicates": preds, "uncalibrated": skipped, "thresholds": thresholds}
+
+
+def fit_thresholds(recs: Records, policy: Policy, calibrated: np.ndarray, rewrite: RewriteRule
+                   ) -> dict[str, Any]:
+    """The two thresholds of a calibration file, fitted on calibrated P's, with the counts."""
+    u, o = strongest(policy, calibrated)
+    y_u, y_o = outcomes(recs.rows)
+    t_u, f1_u = best_f1_threshold(y_u, u)
+    # Safety first: a pair the unsafe rules refuse is never rewritten, so only the others
+    # count for or against a rewrite.
+    open_ = u < t_u
+    harm = np.array([r["label"] == "unsafe" for r in recs.rows], dtype=bool) & open_
+    y_open, o_open = y_o & open_, np.where(open_, o, -np.inf)
+    cost = rewrite.cost
+
+    def rewrites(t: float | None) -> tuple[int, int]:
+        """(over-refusals fixed, pairs of unsafe prompts rewritten) at threshold ``t``."""
+        if t is None:
+            return 0, 0
+        fired = o_open >= t
+        return int((fired & y_open).sum()), int((fired & harm).sum())
+
+    t_o, net_o = net_benefit_threshold(y_open, o_open, harm, cost, rewrite.alpha)
+    fixed, unlocked = rewrites(t_o)
+    # What the plain net benefit (no significance test) would pick, so a file says what
+    # the test turned off.
+    t_any, net_any = net_benefit_threshold(y_open, o_open, harm, cost, alpha=1.0)
+    any_fixed, any_unlocked = rewrites(t_any)
+    return {
+        "unsafe": t_u, "over_refusal": t_o,
+        "criterion": {"unsafe": "max F1",
+                      "over_refusal": "max net benefit of rewriting: over-refusals fixed - "
+                                      "rewrite_cost x pairs of unsafe prompts rewritten, "
+                                      "among thresholds where it is positive and "
+                                      "significant at rewrite_alpha; null when there is "
+                                      "none"},
+        "rewrite_cost": cost,
+        "rewrite_alpha": rewrite.alpha,
+        "f1_unsafe": finite_or_none(f1_u),
+        "net_benefit_over_refusal": net_o,
+        "over_refusal_fixed": fixed,
+        "unsafe_prompt_pairs_rewritten": unlocked,
+        "rewrite_p_value": rewrite_p_value(fixed, unlocked, cost),
+        "untested": {"over_refusal": t_any, "net_benefit": net_any,
+                     "over_refusal_fixed": any_fixed,
+                     "unsafe_prompt_pairs_rewritten": any_unlocked,
+                     "p_value": rewrite_p_value(any_fixed, any_unlocked, cost)},
+        "n_unsafe_positive": int(y_u.sum()),
+        "n_over_refusal_positive": int(y_o.sum()),
+        "n_unsafe_prompt_rows": int(harm.sum()),
+        "n_over_refusal_open": int((y_o & open_).sum()),
+        "note": "rewrite counts leave out the pairs the unsafe rules refuse "
+                "at the unsafe threshold (safety first)"}
 
 
 def finite_or_none(x: float | None) -> float | None:
@@ -416,15 +442,15 @@ def finite_or_none(x: float | None) -> float | None:
 
 
 def fit_calibrations(folder: str | Path, policies: Sequence[str], out_dir: str | Path, *,
-                     split: str = "dev", rewrite_cost: float = REWRITE_COST,
-                     rewrite_alpha: float = REWRITE_ALPHA) -> list[Path]:
+                     split: str = "dev", rewrite: RewriteRule = RewriteRule()
+                     ) -> list[Path]:
     """Fit and write ``calibration-<policy>.json`` (+ .md) for each policy."""
     recs = load_records(folder, split)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for name in policies:
-        doc = fit_policy(recs, name, rewrite_cost, rewrite_alpha)
+        doc = fit_policy(recs, name, rewrite)
         doc["fitted_on"]["folder"] = str(folder)
         path = out / f"calibration-{load_policy(name).name}.json"
         write_json_atomic(path, doc)
@@ -493,8 +519,9 @@ def _f(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3f}"
 
 
-__all__ = ["MIN_PER_CLASS", "REWRITE_ALPHA", "REWRITE_COST", "Records", "apply_calibration",
-           "best_f1_threshold", "finite_or_none", "fit_calibrations", "fit_policy",
-           "format_fit", "gold_matrix", "load_records", "net_benefit_threshold", "outcomes",
-           "policy_matrix", "positive_support", "predicate_samples", "proxy_targets",
-           "rewrite_p_value", "strongest"]
+__all__ = ["MIN_PER_CLASS", "REWRITE_ALPHA", "REWRITE_COST", "Records", "RewriteRule",
+           "apply_calibration", "best_f1_threshold", "finite_or_none", "fit_calibrations",
+           "fit_policy", "fit_predicates", "fit_thresholds", "format_fit", "gold_matrix",
+           "load_records", "net_benefit_threshold", "outcomes", "policy_matrix",
+           "positive_support", "predicate_samples", "proxy_targets", "rewrite_p_value",
+           "strongest"]
