@@ -32,6 +32,7 @@ from plguard.records.store import JsonlStore, now_iso, read_jsonl, write_json_at
 
 if TYPE_CHECKING:
     from plguard.backends.base import Backend
+    from plguard.guard import Guard
 
 POLICIES: tuple[str, ...] = ("minimal", "moderate", "detailed", "very_detailed")
 
@@ -83,10 +84,7 @@ def ablate(run_dir: str | Path, policies: Sequence[str] = POLICIES, *,
     ``calibration-<policy>.json`` files: each policy found there is calibrated and decided
     at its fitted thresholds.
     """
-    from tqdm import tqdm
-
     from plguard.backends import load_backend
-    from plguard.guard import Guard, is_time_key
 
     run = Path(run_dir)
     cfg = _run_config(run, config, cache)
@@ -98,55 +96,11 @@ def ablate(run_dir: str | Path, policies: Sequence[str] = POLICIES, *,
     (out / "ablation").mkdir(parents=True, exist_ok=True)
     started = now_iso()
     per_policy: dict[str, Any] = {}
-    bs = cfg.generator.batch_size
     for name in policies:
-        over: dict[str, Any] = {"policy": name}
         cal = Path(calibrations) / f"calibration-{name}.json" if calibrations else None
-        if cal is not None and cal.is_file():
-            over["grounding.calibration"] = str(cal)
-        pcfg = GuardConfig.from_dict(cfg.model_dump(), **over)
-        guard = Guard(pcfg, generator=backend)
-        store = JsonlStore(out / "ablation" / f"{name}.jsonl")
-        label = guard.grounder.calibration_file.label if guard.grounder.calibration_file else ""
-        th = guard.thresholds.model_dump(mode="json")
-        stale = {str(r.get("calibration", "")) for r in store} - {label}
-        # Records from before thresholds were stored carry only their calibration.
-        moved = [r["id"] for r in store if r.get("thresholds", th) != th]
-        if stale or moved:
-            what = (f"another calibration ({', '.join(sorted(stale)) or 'none'})" if stale
-                    else f"other thresholds (e.g. record {moved[0]}; now {th})")
-            raise InputError(f"{store.path} holds decisions made with {what}; move it away "
-                             "to redo them (groundings come back from the cache)")
-        todo = [r for r in recs if r["id"] not in store]
-        cache_obj = guard.grounder.cache
-        with tqdm(total=len(todo), desc=name, unit="pair", disable=not progress) as bar:
-            for start in range(0, len(todo), bs):
-                chunk = todo[start:start + bs]
-                m0 = cache_obj.misses if cache_obj is not None else None
-                t0 = time.perf_counter()
-                res = run_safely(lambda rs, g=guard: g.batch(  # type: ignore[misc]
-                    [r["prompt"] for r in rs], responses=[r["response"] for r in rs]), chunk)
-                wall = (time.perf_counter() - t0) / len(chunk)
-                scored = (None if cache_obj is None or m0 is None
-                          else (cache_obj.misses - m0) / len(chunk))
-                for r, g in zip(chunk, res, strict=True):
-                    rec: dict[str, Any] = {"id": r["id"], "label": r["label"],
-                                           "type": r.get("type"), "draft_class": r["regex"],
-                                           "calibration": label, "thresholds": th}
-                    if isinstance(g, BaseException):
-                        rec["error"] = error_text(g)
-                    else:
-                        rec.update(
-                            error=None, action=g.decision.action,
-                            strongest_unsafe=list(g.decision.strongest_unsafe),
-                            strongest_over_refusal=list(g.decision.strongest_over_refusal),
-                            predicates=g.grounding.probs,
-                            spread={s.name: s.variant_spread for s in g.grounding.scores},
-                            times={k: v for k, v in g.timings_s.items()
-                                   if k != "total" and is_time_key(k)},
-                            wall_s=wall, questions_scored=scored)
-                    store.append(rec)
-                bar.update(len(chunk))
+        guard, pcfg = _policy_guard(cfg, name, cal, backend)
+        store = _policy_store(out / "ablation" / f"{name}.jsonl", guard)
+        _decide_pending(guard, store, recs, cfg.generator.batch_size, name, progress)
         per_policy[name] = _summarise(name, [store.records[r["id"]] for r in recs],
                                       guard, pcfg)
     summary = {"meta": {"run": str(run), "started": started, "ended": now_iso(),
@@ -162,6 +116,83 @@ def ablate(run_dir: str | Path, policies: Sequence[str] = POLICIES, *,
     if plot:
         plot_ablation(summary, out / "ablation.png")
     return summary
+
+
+def _policy_guard(cfg: GuardConfig, name: str, cal: Path | None, backend: Backend
+                  ) -> tuple[Guard, GuardConfig]:
+    """The Guard of policy ``name`` on the shared backend (calibrated where ``cal`` is)."""
+    from plguard.guard import Guard
+
+    over: dict[str, Any] = {"policy": name}
+    if cal is not None and cal.is_file():
+        over["grounding.calibration"] = str(cal)
+    pcfg = GuardConfig.from_dict(cfg.model_dump(), **over)
+    return Guard(pcfg, generator=backend), pcfg
+
+
+def _policy_store(path: Path, guard: Guard) -> JsonlStore:
+    """The policy's record store, refused when it holds decisions made another way."""
+    store = JsonlStore(path)
+    label = _calibration_label(guard)
+    th = guard.thresholds.model_dump(mode="json")
+    stale = {str(r.get("calibration", "")) for r in store} - {label}
+    # Records from before thresholds were stored carry only their calibration.
+    moved = [r["id"] for r in store if r.get("thresholds", th) != th]
+    if stale or moved:
+        what = (f"another calibration ({', '.join(sorted(stale)) or 'none'})" if stale
+                else f"other thresholds (e.g. record {moved[0]}; now {th})")
+        raise InputError(f"{store.path} holds decisions made with {what}; move it away "
+                         "to redo them (groundings come back from the cache)")
+    return store
+
+
+def _calibration_label(guard: Guard) -> str:
+    return guard.grounder.calibration_file.label if guard.grounder.calibration_file else ""
+
+
+def _decide_pending(guard: Guard, store: JsonlStore, recs: Sequence[dict[str, Any]], bs: int,
+                    desc: str, progress: bool) -> None:
+    """Guard the drafts ``store`` lacks, a batch at a time, recording cost per pair.
+
+    Not :func:`plguard.records.loop.map_into`: each record carries its chunk's wall time
+    and grounding-cache misses, measured around the whole batch call.
+    """
+    from tqdm import tqdm
+
+    from plguard.guard import is_time_key
+
+    label = _calibration_label(guard)
+    th = guard.thresholds.model_dump(mode="json")
+    todo = [r for r in recs if r["id"] not in store]
+    cache_obj = guard.grounder.cache
+    with tqdm(total=len(todo), desc=desc, unit="pair", disable=not progress) as bar:
+        for start in range(0, len(todo), bs):
+            chunk = todo[start:start + bs]
+            m0 = cache_obj.misses if cache_obj is not None else None
+            t0 = time.perf_counter()
+            res = run_safely(lambda rs: guard.batch(
+                [r["prompt"] for r in rs], responses=[r["response"] for r in rs]), chunk)
+            wall = (time.perf_counter() - t0) / len(chunk)
+            scored = (None if cache_obj is None or m0 is None
+                      else (cache_obj.misses - m0) / len(chunk))
+            for r, g in zip(chunk, res, strict=True):
+                rec: dict[str, Any] = {"id": r["id"], "label": r["label"],
+                                       "type": r.get("type"), "draft_class": r["regex"],
+                                       "calibration": label, "thresholds": th}
+                if isinstance(g, BaseException):
+                    rec["error"] = error_text(g)
+                else:
+                    rec.update(
+                        error=None, action=g.decision.action,
+                        strongest_unsafe=list(g.decision.strongest_unsafe),
+                        strongest_over_refusal=list(g.decision.strongest_over_refusal),
+                        predicates=g.grounding.probs,
+                        spread={s.name: s.variant_spread for s in g.grounding.scores},
+                        times={k: v for k, v in g.timings_s.items()
+                               if k != "total" and is_time_key(k)},
+                        wall_s=wall, questions_scored=scored)
+                store.append(rec)
+            bar.update(len(chunk))
 
 
 def _summarise(name: str, recs: Sequence[dict[str, Any]], guard: Any, cfg: GuardConfig
