@@ -115,6 +115,28 @@ def test_request_scope_grounded_once_per_request(embedded_backend):
     assert repaired[0].scores[1] != first[0].scores[1]
 
 
+def test_full_request_memo_keeps_scores_a_batch_needs(embedded_backend, monkeypatch):
+    # Memo of 2: the oldest memoised request and two new ones in one batch used to evict
+    # the old one before its scores were read (KeyError).
+    monkeypatch.setattr(grounding, "REQUEST_MEMO_SIZE", 2)
+    g = Grounder(embedded_backend, PREDICATES[:1])
+    old = g.ground([(REQUEST, CLEAN), ("How do I boil an egg?", CLEAN)])
+    out = g.ground([(REQUEST, CLEAN), ("What is 2 + 2?", CLEAN), ("Name a colour.", CLEAN)])
+    assert out[0].scores == old[0].scores
+    assert len(g._request_memo) == 2
+
+
+def test_batch_of_more_distinct_requests_than_the_memo_holds():
+    from tests.scripted import ScriptedBackend
+
+    backend = ScriptedBackend(lambda chat: "", lambda prefix, suffix: 0.25)
+    g = Grounder(backend, PREDICATES[:1])
+    n = grounding.REQUEST_MEMO_SIZE + 10
+    out = g.ground([(f"request {i}", "response") for i in range(n)])
+    assert len(out) == n and all(o.scores[0].p_true == pytest.approx(0.25) for o in out)
+    assert backend.score_calls == [n]
+
+
 def test_paraphrase_variants_combined(embedded_backend):
     logit = Grounder(embedded_backend, PREDICATES[1:2])
     prob = Grounder(embedded_backend, PREDICATES[1:2], GroundingConfig(combine="mean_prob"))
