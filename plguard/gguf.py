@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from plguard.errors import ModelError
+from plguard.paths import cache_dir
 
 DONE_MARKER = "plguard-converted.json"
 MAGIC = b"GGUF"
@@ -46,12 +47,6 @@ class GGUFInfo:
     name: str
     n_tensors: int
     n_params: int
-
-
-def _cache_dir() -> Path:
-    from plguard.models import cache_dir
-
-    return cache_dir()
 
 
 def supported_architectures() -> list[str]:
@@ -115,7 +110,7 @@ def file_sha256(path: Path) -> str:
     """
     st = path.stat()
     key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
-    index_path = _cache_dir() / _HASH_INDEX
+    index_path = cache_dir() / _HASH_INDEX
     index: dict[str, str] = {}
     try:
         index = json.loads(index_path.read_text(encoding="utf-8"))
@@ -142,7 +137,7 @@ def file_sha256(path: Path) -> str:
 
 def converted_dir(sha256: str) -> Path:
     """Where the conversion of the GGUF file with this content hash lives."""
-    return _cache_dir() / "models" / f"gguf-{sha256[:16]}"
+    return cache_dir() / "models" / f"gguf-{sha256[:16]}"
 
 
 def is_converted(folder: Path) -> bool:

