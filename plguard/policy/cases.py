@@ -16,32 +16,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
 from plguard.errors import PolicyCaseError, PolicyError, did_you_mean
 from plguard.policy._yaml import LocDict, LocList, load_yaml, pos_of
+from plguard.policy.case import DEFAULT_TOL, Case
+from plguard.policy.core import Policy
 from plguard.policy.search import Oracle, minimal_case
 
-if TYPE_CHECKING:
-    from plguard.policy.core import Policy
-
-DEFAULT_TOL = 1e-9
 _CASE_FIELDS = ("name", "given", "expect", "default", "tol")
-
-
-@dataclass(frozen=True, slots=True)
-class Case:
-    """One expected outcome."""
-
-    name: str
-    given: Mapping[str, float]
-    expect: Mapping[str, float]
-    default: float = 0.0
-    tol: float = DEFAULT_TOL
-    file: str = ""
-    line: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,17 +8,14 @@ import re
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from plguard.errors import InputError, did_you_mean
 from plguard.policy._syntax import Program
+from plguard.policy.case import Case
 from plguard.policy.compiled import CompiledProgram
 from plguard.types import PolicyResult, PredicateSpec
-
-if TYPE_CHECKING:
-    from plguard.policy.cases import Case
 
 UNSAFE = "unsafe_compliance"
 OVER_REFUSAL = "over_refusal"
