@@ -31,7 +31,7 @@ from plguard.errors import ConfigError
 from plguard.evals.data import LabelledCompletion, load_completions, seeded_order
 from plguard.evals.quality.splits import check_split, in_split, load_split
 from plguard.policy import Policy, load_policy
-from plguard.records.loop import error_text, map_into
+from plguard.records.loop import MapCounts, error_text, map_into
 from plguard.records.store import (
     JsonlStore,
     check_scoped_configs,
@@ -118,7 +118,6 @@ def _run(config: GuardConfig, out: Path, policy_names: Sequence[str], split: str
          limit: int | None, judge: bool, progress: bool, grounder_backend: Any,
          generator: Any) -> GroundSummary:
     from plguard.backends import load_backend
-    from plguard.evals.xstest.methods import Methods, judge_params
     from plguard.evals.xstest.runner import model_identity
     from plguard.grounding import Grounder
 
@@ -169,7 +168,25 @@ def _run(config: GuardConfig, out: Path, policy_names: Sequence[str], split: str
     # calls are sized by questions, about 256 (plenty for a batching backend), not by the
     # generation batch: a stopped run then loses minutes, not a quarter of an hour.
     bs = max(1, min(config.grounder_model.batch_size, QUESTIONS_PER_CALL // len(plan.specs)))
-    def grounded(c: LabelledCompletion, g: Any) -> dict[str, Any]:
+    g = _ground_pairs(grounder, gstore, items, bs, split, progress)
+    summary = GroundSummary(out, len(items), g.written - g.errors, 0, g.errors)
+    if jtodo:
+        if gen is None:
+            gen = load_backend(config.generator)
+            manifest["generator"] = model_identity(gen, config.generator.path)
+            write_json_atomic(mpath, manifest)
+        jc = _judge_pairs(config, gen, jstore, jtodo, split, progress)
+        summary.judged = jc.written - jc.errors
+    session.update(ended=now_iso(), grounded=summary.grounded, judged=summary.judged,
+                   errors=summary.errors)
+    write_json_atomic(mpath, manifest)
+    return summary
+
+
+def _ground_pairs(grounder: Any, store: JsonlStore, items: Sequence[LabelledCompletion],
+                  chunk: int, split: str, progress: bool) -> MapCounts:
+    """Raw scores of every question on the pairs ``store`` lacks (or holds failed)."""
+    def record(c: LabelledCompletion, g: Any) -> dict[str, Any]:
         rec = _record(c, split)
         if isinstance(g, BaseException):
             rec["error"] = error_text(g)
@@ -179,41 +196,37 @@ def _run(config: GuardConfig, out: Path, policy_names: Sequence[str], split: str
                              for s in g.scores}
         return rec
 
-    g = map_into(gstore, items, lambda c: c.uid,
-                 lambda cs: grounder.ground([(c.prompt, c.completion) for c in cs]),
-                 grounded, chunk=bs, desc="ground", unit="pair", progress=progress)
-    summary = GroundSummary(out, len(items), g.written - g.errors, 0, g.errors)
-    if jtodo:
-        if gen is None:
-            gen = load_backend(config.generator)
-            manifest["generator"] = model_identity(gen, config.generator.path)
-            write_json_atomic(mpath, manifest)
-        gc = config.generation
-        methods = Methods(gen, load_policy(config.policy).text,
-                          GenerationParams(max_new_tokens=gc.max_new_tokens,
-                                           temperature=gc.temperature),
-                          judge_params(config.eval.judge_max_new_tokens,
-                                       config.eval.judge_structured))
+    return map_into(store, items, lambda c: c.uid,
+                    lambda cs: grounder.ground([(c.prompt, c.completion) for c in cs]),
+                    record, chunk=chunk, desc="ground", unit="pair", progress=progress)
 
-        def judged(c: LabelledCompletion, j: Any) -> dict[str, Any]:
-            rec = _record(c, split)
-            if isinstance(j, BaseException):
-                rec["error"] = error_text(j)
-            else:
-                rec.update(verdict=j.verdict, parsed=j.parsed, rationale=j.rationale,
-                           raw=j.raw)
-            return rec
 
-        jc = map_into(jstore, jtodo, lambda c: c.uid,
-                      lambda cs: methods.judge([c.prompt for c in cs],
-                                               [c.completion for c in cs])[0],
-                      judged, chunk=config.generator.batch_size, desc="judge", unit="pair",
-                      progress=progress)
-        summary.judged = jc.written - jc.errors
-    session.update(ended=now_iso(), grounded=summary.grounded, judged=summary.judged,
-                   errors=summary.errors)
-    write_json_atomic(mpath, manifest)
-    return summary
+def _judge_pairs(config: GuardConfig, gen: Any, store: JsonlStore,
+                 items: Sequence[LabelledCompletion], split: str, progress: bool
+                 ) -> MapCounts:
+    """The LLM judge's verdict on each of ``items`` (the baseline of the report)."""
+    from plguard.evals.xstest.methods import Methods, judge_params
+
+    gc = config.generation
+    methods = Methods(gen, load_policy(config.policy).text,
+                      GenerationParams(max_new_tokens=gc.max_new_tokens,
+                                       temperature=gc.temperature),
+                      judge_params(config.eval.judge_max_new_tokens,
+                                   config.eval.judge_structured))
+
+    def record(c: LabelledCompletion, j: Any) -> dict[str, Any]:
+        rec = _record(c, split)
+        if isinstance(j, BaseException):
+            rec["error"] = error_text(j)
+        else:
+            rec.update(verdict=j.verdict, parsed=j.parsed, rationale=j.rationale, raw=j.raw)
+        return rec
+
+    return map_into(store, items, lambda c: c.uid,
+                    lambda cs: methods.judge([c.prompt for c in cs],
+                                             [c.completion for c in cs])[0],
+                    record, chunk=config.generator.batch_size, desc="judge", unit="pair",
+                    progress=progress)
 
 
 def _record(c: LabelledCompletion, split: str) -> dict[str, Any]:
