@@ -38,7 +38,8 @@ class GenerationParams:
     top_p: float = 1.0
     seed: int = 0
     # A JSON schema (as JSON text) the output must follow, on backends with structured
-    # outputs (vLLM); backends without them generate freely and callers parse leniently.
+    # outputs (vLLM, transformers, openai servers taking response_format); others generate
+    # freely (Generation.constrained False) and callers parse leniently.
     json_schema: str | None = None
 
     @property
@@ -61,6 +62,9 @@ class Generation:
     n_prompt_tokens: int
     n_new_tokens: int
     prompt_truncated: bool = False
+    # Decoding was held to GenerationParams.json_schema. The text may still be invalid
+    # JSON when max_new_tokens cut it, so callers keep a lenient parse as the fallback.
+    constrained: bool = False
 
 
 @dataclass(frozen=True, slots=True)

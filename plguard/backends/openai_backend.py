@@ -7,6 +7,8 @@ cached Hugging Face id or ``embedded``), never its weights.
 - Generation: ``/v1/chat/completions``, one request per chat, at most
   ``model.max_concurrency`` in flight. A chat longer than the context window is cut to
   its last tokens and sent as token ids to ``/v1/completions``, as the vLLM backend does.
+  A ``json_schema`` goes as ``response_format`` (chat) or vLLM's ``structured_outputs``
+  (completions); a server refusing it is asked again without, once and for all.
 - Grounding, **exact** mode: the prompt is rendered here with the model's own chat
   template, tokenised exactly as the in-process backends tokenise it (``ids(prefix) +
   ids(suffix)``) and sent as token ids, so the server re-tokenises nothing; the
@@ -35,6 +37,7 @@ is refused with a clear error. Failures follow :mod:`plguard.backends._http`.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import secrets
@@ -55,6 +58,8 @@ if TYPE_CHECKING:
 
 _PROBE_CHAT = "Is the sky blue on a clear day? Answer True or False."
 _FALLBACK_CONTEXT = 2048
+# Words of a 400 that refuses the schema itself rather than the request.
+_SCHEMA_WORDS = ("response_format", "json_schema", "structured_outputs", "guided_json")
 
 
 class Unsupported(BackendError):
@@ -85,6 +90,9 @@ class OpenAIBackend(TokenizerText):
         self._tls = threading.local()
         self._lock = threading.Lock()
         self.total_usage = {"prompt_tokens": 0, "completion_tokens": 0, "requests": 0}
+        # Cleared the first time the server refuses a schema (400/422 naming it): later
+        # generations are sent free and their Generation says constrained=False.
+        self.schema_accepted = True
 
     @property
     def mode(self) -> str:
@@ -248,25 +256,55 @@ class OpenAIBackend(TokenizerText):
                                 "top_p": params.top_p if sample else 1.0}
         if sample:
             base["seed"] = params.seed
+        schema = params.json_schema
 
         def one(chat: Chat) -> tuple[Generation, Reply]:
             ids = self.encode(TokenizerText.format_chat(self, chat))
             limit = self.max_context - max_new
             if len(ids) > limit:
-                reply = self.client.post("/completions", {**base, "prompt": ids[-limit:]})
+                reply, constrained = self._post_schema(
+                    "/completions", {**base, "prompt": ids[-limit:]}, schema)
                 with _reading(reply, "choices[0].text"):
                     text = reply.body["choices"][0]["text"]
             else:
                 msgs = [{"role": m.role, "content": m.content} for m in chat]
-                reply = self.client.post("/chat/completions", {**base, "messages": msgs})
+                reply, constrained = self._post_schema(
+                    "/chat/completions", {**base, "messages": msgs}, schema)
                 with _reading(reply, "choices[0].message.content"):
                     text = reply.body["choices"][0]["message"]["content"]
             text = (text or "").strip()
             return Generation(text=text, n_prompt_tokens=min(len(ids), limit),
                               n_new_tokens=reply.completion_tokens or self.count_tokens(text),
-                              prompt_truncated=len(ids) > limit), reply
+                              prompt_truncated=len(ids) > limit,
+                              constrained=constrained), reply
 
         return list(self._run(one, list(chats)))
+
+    def _post_schema(self, path: str, body: dict[str, Any], schema: str | None
+                     ) -> tuple[Reply, bool]:
+        """POST ``body``, held to ``schema`` where the server takes one; say whether it was.
+
+        Chat gets the OpenAI ``response_format``; token-id prompts on ``/completions`` get
+        vLLM's ``structured_outputs``. A 400/422 naming the schema field is retried once
+        without it and the server is remembered as not taking schemas.
+        """
+        if schema is None or not self.schema_accepted:
+            return self.client.post(path, body), False
+        try:
+            obj = json.loads(schema)
+        except ValueError as exc:
+            raise BackendError(f"GenerationParams.json_schema is not JSON: {exc}") from exc
+        field = ({"response_format": {"type": "json_schema", "json_schema": {
+            "name": "plguard_output", "schema": obj, "strict": True}}}
+            if path == "/chat/completions" else {"structured_outputs": {"json": obj}})
+        try:
+            return self.client.post(path, {**body, **field}), True
+        except RemoteStatusError as exc:
+            named = any(w in exc.detail.lower() for w in _SCHEMA_WORDS)
+            if exc.status not in (400, 422) or not named:
+                raise
+            self.schema_accepted = False
+        return self.client.post(path, body), False
 
     # -- True/False scoring ------------------------------------------------------------
 

@@ -16,6 +16,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from plguard.backends._structured import SchemaConstraint
 from plguard.backends._text import TokenizerText
 from plguard.backends.base import StatedScores
 from plguard.errors import BackendError, ModelError
@@ -73,7 +74,7 @@ def _set_threads() -> None:
 class TransformersBackend(TokenizerText):
     """A Hugging Face causal LM that generates and scores True/False continuations."""
 
-    supports_json_schema = False  # GenerationParams.json_schema is ignored: free decoding
+    supports_json_schema = True  # GenerationParams.json_schema constrains decoding (xgrammar)
 
     def __init__(self, model: Any, tokenizer: Any, *, model_id: str,
                  max_context: int | None = None, batch_size: int = 8,
@@ -92,6 +93,7 @@ class TransformersBackend(TokenizerText):
             tokenizer.pad_token = tokenizer.eos_token
         self.pad_id = int(tokenizer.pad_token_id)
         self.true_ids, self.false_ids = self._answer_ids()
+        self._schemas: SchemaConstraint | None = None
 
     # -- construction ------------------------------------------------------------------
 
@@ -167,6 +169,9 @@ class TransformersBackend(TokenizerText):
             kwargs.update(temperature=params.temperature, top_p=params.top_p)
         else:
             kwargs.update(temperature=None, top_p=None, top_k=None)
+        constrained = params.json_schema is not None
+        if constrained:
+            kwargs["logits_processor"] = self._schema_processors(params.json_schema)
         try:
             with torch.inference_mode():
                 gen = self.model.generate(input_ids=input_ids.to(self.device),
@@ -181,8 +186,16 @@ class TransformersBackend(TokenizerText):
             n = next((j for j, t in enumerate(new) if t in eos), len(new))
             text = self.tokenizer.decode(new[:n], skip_special_tokens=True).strip()
             results.append(Generation(text=text, n_prompt_tokens=len(p), n_new_tokens=n,
-                                      prompt_truncated=flags[i]))
+                                      prompt_truncated=flags[i], constrained=constrained))
         return results
+
+    def _schema_processors(self, schema: Any) -> Any:
+        from transformers import LogitsProcessorList
+
+        if self._schemas is None:
+            self._schemas = SchemaConstraint(self.tokenizer, int(self.model.config.vocab_size),
+                                             self._eos_ids())
+        return LogitsProcessorList([self._schemas.processor(str(schema))])
 
     def _eos_ids(self) -> set[int]:
         eos = getattr(self.model.generation_config, "eos_token_id", None)

@@ -46,6 +46,9 @@ def fake_app(tokenizer: Any, *, true_lp: float = -0.5, false_lp: float = -1.5,
         if kind == "slow":
             await asyncio.sleep(3.0)
             return None
+        if kind == "400schema":  # a server without structured outputs
+            return JSONResponse({"error": {"message": "response_format.json_schema is not "
+                                           "supported"}}, status_code=400)
         if kind == "badjson":
             return PlainTextResponse("{not json", media_type="application/json")
         return None
