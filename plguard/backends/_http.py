@@ -82,11 +82,15 @@ def _message(r: httpx.Response) -> str:
 
 
 class RemoteClient:
-    """Requests to one server, bounded, retried and with plguard's errors."""
+    """Requests to one server, bounded, retried and with plguard's errors.
 
-    def __init__(self, base_url: str, *, api_key: str = "", connect_timeout_s: float = 10.0,
-                 request_timeout_s: float = 120.0, max_retries: int = 3,
-                 max_concurrency: int = 8, backoff_s: float = _BACKOFF_S) -> None:
+    The timeouts, retries and concurrency have no defaults here: they are ModelConfig's
+    (``plguard.config``), which holds each default once.
+    """
+
+    def __init__(self, base_url: str, *, api_key: str = "", connect_timeout_s: float,
+                 request_timeout_s: float, max_retries: int, max_concurrency: int,
+                 backoff_s: float = _BACKOFF_S) -> None:
         self.base_url = base_url.rstrip("/")
         # /health and vLLM's /tokenize live at the server root, beside /v1.
         self.root = self.base_url[:-3] if self.base_url.endswith("/v1") else self.base_url
