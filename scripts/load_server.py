@@ -122,7 +122,7 @@ async def _phase(name: str, url: str, app: Any, clients: int,
         probe = None
         if fault is not None:
             probe = (await _one(c, 0, stream=False)).status
-    return Phase(name, wall, samples, batcher.stats.batches - b0, batcher.stats.sizes[s0:],
+    return Phase(name, wall, samples, batcher.stats.batches - b0, list(batcher.stats.sizes)[s0:],
                  probe)
 
 

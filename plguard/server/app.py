@@ -6,7 +6,8 @@ chat API with a ``plguard`` trace attached. Everything shared lives on ``app.sta
 
 Error contract: every non-2xx answer is ``{"error": {"message", "type", "param", "code"}}``;
 malformed JSON 400, wrong types 422, missing/wrong API key 401, unknown model 404,
-oversized body 413, the Guard failing 503 (the batch fails, the server keeps serving), the
+oversized body 413, a backend outage 503 and a bug in the Guard 500 (only the requests
+that fail get them: a failed batch is retried one request at a time), the
 upstream server failing 502 (errors.py). Each route documents its statuses in the
 OpenAPI schema (``app.openapi()``, see openapi.py), and the fuzz tests hold the server to it.
 
@@ -35,7 +36,13 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from plguard.config import ServerConfig
 from plguard.errors import InputError
 from plguard.messages import to_chat
-from plguard.server.batching import BatchOutcome, DynamicBatcher, GenKey, GuardUnavailable
+from plguard.server.batching import (
+    BatchOutcome,
+    DynamicBatcher,
+    GenKey,
+    GuardFailed,
+    GuardUnavailable,
+)
 from plguard.server.errors import ApiError, add_error_handlers
 from plguard.server.openapi import error_responses, install_openapi
 from plguard.server.schemas import (
@@ -208,7 +215,7 @@ def _add_routes(app: FastAPI) -> None:
 
     @app.post("/v1/chat/completions", response_model=None,
               responses={200: {"model": ChatCompletion},
-                         **error_responses(400, 401, 404, 413, 422, 502, 503)})
+                         **error_responses(400, 401, 404, 413, 422, 500, 502, 503)})
     async def chat_completions(body: ChatCompletionRequest,
                                request: Request) -> JSONResponse | StreamingResponse:
         state = request.app.state
@@ -239,7 +246,7 @@ def _add_routes(app: FastAPI) -> None:
 
     @app.post("/v1/guard/check", response_model=None,
               responses={200: {"model": ChatCompletion},
-                         **error_responses(400, 401, 404, 413, 422, 503)})
+                         **error_responses(400, 401, 404, 413, 422, 500, 503)})
     async def guard_check(body: GuardCheckRequest, request: Request) -> JSONResponse:
         state = request.app.state
         _reject_policy_fields(body)
@@ -298,6 +305,9 @@ async def _submit(batcher: DynamicBatcher, chat: Chat, key: GenKey,
     except GuardUnavailable as exc:
         raise ApiError(503, f"{exc}; the request was not answered, retry later",
                        type="service_unavailable", code="backend_error") from None
+    except GuardFailed as exc:
+        raise ApiError(500, f"{exc}; the request was not answered", type="server_error",
+                       code="internal_error") from None
 
 
 def _completion(model: str, o: BatchOutcome, key: GenKey, mode: Mode,

@@ -6,21 +6,35 @@ thread, so it costs one generation call and one grounding call however many requ
 holds, and the event loop stays free to accept more requests (which form the next batch
 while this one runs). One worker thread, not a pool: the model backends are not written to
 be called from several threads at once, and batching is where the throughput comes from.
+
+A batch that fails is retried request by request, so one request that breaks the Guard
+fails alone and the others of its batch are still answered. A failure is either an outage
+(:class:`GuardUnavailable`: a backend error or running out of memory, 503, worth a retry)
+or a bug (:class:`GuardFailed`, 500); both are logged with their traceback under
+``plguard.server.batching``, and the client is told only the exception's type and message.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from plguard.errors import BackendDeadError, BackendError
 from plguard.types import Chat, GenerationParams, GuardResult
 
 if TYPE_CHECKING:
     from plguard.guard import Guard
+
+log = logging.getLogger(__name__)
+
+#: Batch sizes kept for /health and the load script: the most recent ones only.
+RECENT_SIZES = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,15 +56,45 @@ class BatchOutcome:
     completion_tokens: int
 
 
-class GuardUnavailable(Exception):
-    """The Guard raised while serving a batch; every request of that batch gets this."""
+class GuardError(Exception):
+    """The Guard raised while serving a request."""
 
-    def __init__(self, cause: BaseException) -> None:
+    def __init__(self, cause: BaseException, incident: str) -> None:
         self.cause = cause
+        self.incident = incident
         text = str(cause)
         if len(text) > 300:
             text = text[:300] + "..."
-        super().__init__(f"the guard backend failed: {type(cause).__name__}: {text}")
+        super().__init__(f"{self.summary}: {type(cause).__name__}: {text} "
+                         f"(incident {incident} in the server log)")
+
+    summary = "the guard failed"
+
+
+class GuardUnavailable(GuardError):
+    """A backend outage (its error, or out of memory): the request may succeed later."""
+
+    summary = "the guard backend failed"
+
+
+class GuardFailed(GuardError):
+    """A bug in the Guard or its backends for this request: retrying will not help."""
+
+    summary = "the guard failed with an internal error"
+
+
+def is_outage(exc: BaseException) -> bool:
+    """Whether ``exc`` is the backend being unavailable rather than a bug.
+
+    ``torch.cuda.OutOfMemoryError`` is matched by name: torch is not imported here.
+    """
+    return isinstance(exc, BackendError | MemoryError) or type(exc).__name__ == "OutOfMemoryError"
+
+
+def _failure(exc: BaseException, what: str) -> GuardError:
+    incident = uuid.uuid4().hex[:12]
+    log.error("%s failed (incident %s)", what, incident, exc_info=exc)
+    return (GuardUnavailable if is_outage(exc) else GuardFailed)(exc, incident)
 
 
 @dataclass(slots=True)
@@ -69,7 +113,9 @@ class BatchStats:
     batches: int = 0
     requests: int = 0
     failed_batches: int = 0
-    sizes: list[int] = field(default_factory=list)
+    failed_requests: int = 0
+    sizes: collections.deque[int] = field(
+        default_factory=lambda: collections.deque(maxlen=RECENT_SIZES))
 
 
 class DynamicBatcher:
@@ -90,7 +136,8 @@ class DynamicBatcher:
         """Queue one request (``response`` given: check it instead of drafting) and await it.
 
         Raises:
-            GuardUnavailable: the Guard failed on the batch this request was part of.
+            GuardUnavailable: a backend outage while serving this request.
+            GuardFailed: the Guard raised for this request (a bug).
         """
         self._ensure_worker()
         loop = asyncio.get_running_loop()
@@ -159,15 +206,45 @@ class DynamicBatcher:
                 outcomes = await loop.run_in_executor(self._executor, self._call, key, items)
             except Exception as exc:
                 self.stats.failed_batches += 1
-                failure = GuardUnavailable(exc)
-                for item in items:
-                    if not item.future.done():
-                        item.future.set_exception(failure)
+                if len(items) == 1:
+                    self._fail(items[0], _failure(exc, "a batch of 1 request"))
+                    continue
+                log.warning("a batch of %d requests failed; retrying them one by one",
+                            len(items), exc_info=exc)
+                await self._one_by_one(key, items, t_start)
                 continue
             for item, outcome in zip(items, outcomes, strict=True):
-                if not item.future.done():
-                    queue_s = t_start - item.t_enqueued
-                    item.future.set_result(_with_queue(outcome, queue_s))
+                self._succeed(item, outcome, t_start)
+
+    async def _one_by_one(self, key: GenKey, items: list[_Item], t_start: float) -> None:
+        # Isolates the request(s) that broke the batch; after a dead backend the rest are
+        # not tried, since each try would only wait for the same dead server.
+        loop = asyncio.get_running_loop()
+        dead: GuardError | None = None
+        for item in items:
+            if item.future.done():
+                continue
+            if dead is not None:
+                self._fail(item, dead)
+                continue
+            try:
+                [outcome] = await loop.run_in_executor(self._executor, self._call, key, [item])
+            except Exception as exc:
+                failure = _failure(exc, "a request retried alone")
+                if isinstance(exc, BackendDeadError):
+                    dead = failure
+                self._fail(item, failure)
+                continue
+            self._succeed(item, outcome, t_start)
+
+    def _succeed(self, item: _Item, outcome: BatchOutcome, t_start: float) -> None:
+        if not item.future.done():
+            item.future.set_result(_with_queue(outcome, t_start - item.t_enqueued))
+
+    def _fail(self, item: _Item, failure: GuardError) -> None:
+        self.stats.failed_requests += 1
+        if not item.future.done():
+            item.future.set_exception(failure)
 
     def _call(self, key: GenKey, items: list[_Item]) -> list[BatchOutcome]:
         guard = self.guard

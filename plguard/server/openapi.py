@@ -32,7 +32,9 @@ ERRORS: dict[int, str] = {
     413: "The body is larger than server.max_body_bytes.",
     422: "A field has the wrong type or value; `param` names it.",
     502: "Upstream mode: the upstream server could not be reached or gave no answer.",
-    503: "The guard's model failed on the batch this request was in; retry later.",
+    500: "The guard raised for this request (a bug); the server log has the traceback "
+         "under the incident id the message names.",
+    503: "The guard's model backend failed while serving this request; retry later.",
 }
 
 

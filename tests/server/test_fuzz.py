@@ -117,7 +117,7 @@ def test_schema_documents_every_route(scripted_app):
     ops = {(m.upper(), p) for p, item in schema["paths"].items() for m in item}
     assert ops == set(_OPERATIONS)
     chat = schema["paths"][CHAT]["post"]["responses"]
-    assert set(chat) == {"200", "400", "401", "404", "413", "422", "502", "503"}
+    assert set(chat) == {"200", "400", "401", "404", "413", "422", "500", "502", "503"}
     assert set(chat["200"]["content"]) == {"application/json", "text/event-stream"}
     assert "HTTPValidationError" not in str(schema)
 

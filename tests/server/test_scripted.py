@@ -7,6 +7,7 @@ pin down what the server does with them; the real-model paths are in the other f
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import threading
 import time
@@ -17,11 +18,16 @@ import pytest
 
 from plguard import Guard, GuardConfig
 from plguard.config import ServerConfig
-from plguard.server import build_app
+from plguard.errors import BackendError
+from plguard.server import batching, build_app
 from plguard.types import Chat, Generation, GenerationParams
 from tests.scripted import ScriptedBackend, scripted_p_true, scripted_reply
 
 pytestmark = pytest.mark.anyio
+
+
+class OutOfMemoryError(RuntimeError):
+    """Named as torch.cuda's is: the server tells an outage from a bug by it."""
 
 
 class SlowScripted(ScriptedBackend):
@@ -36,7 +42,7 @@ class SlowScripted(ScriptedBackend):
 
     def generate(self, chats: Sequence[Chat], params: GenerationParams) -> list[Generation]:
         if self.broken:
-            raise RuntimeError("injected fault: CUDA out of memory")
+            raise OutOfMemoryError("injected fault: CUDA out of memory")
         self.params.append(params)
         self.threads.add(threading.current_thread().name)
         time.sleep(self.delay_s)
@@ -208,3 +214,53 @@ async def test_lone_surrogates_in_an_upstream_draft_are_replaced(minimal_policy)
             r = await c.post("/v1/chat/completions", json=_ask("hello"))
     assert r.status_code == 200, r.text
     assert r.json()["choices"][0]["message"]["content"] == "ok \ufffd \ufffd"
+
+
+class PoisonScripted(SlowScripted):
+    """Scripted answers, except that any batch holding a "poison" request raises."""
+
+    def __init__(self, fault: BaseException) -> None:
+        super().__init__(delay_s=0.05)
+        self.fault = fault
+        self.batches: list[int] = []
+
+    def generate(self, chats: Sequence[Chat], params: GenerationParams) -> list[Generation]:
+        self.batches.append(len(chats))
+        if any("poison" in m.content for chat in chats for m in chat):
+            raise self.fault
+        return super().generate(chats, params)
+
+
+@pytest.mark.parametrize(("fault", "status", "code"), [
+    (ValueError("a bug on this input"), 500, "internal_error"),
+    (BackendError("the model server answered 400"), 503, "backend_error"),
+])
+async def test_one_failing_request_fails_alone_and_is_logged(minimal_policy, caplog, fault,
+                                                             status, code):
+    backend = PoisonScripted(fault)
+    app = build_app(_guard(backend, minimal_policy), ServerConfig(max_batch_size=8,
+                                                                  max_wait_ms=100))
+    texts = ["question 0", "poison 1", "question 2", "question 3"]
+    with caplog.at_level(logging.ERROR, logger="plguard.server"):
+        async with _client(app) as c:
+            rs = await asyncio.gather(*[c.post("/v1/chat/completions", json=_ask(t))
+                                        for t in texts])
+            health = (await c.get("/health")).json()
+    assert [r.status_code for r in rs] == [200, status, 200, 200]
+    assert max(backend.batches) == 4  # they did share a batch before it was retried
+    err = rs[1].json()["error"]
+    assert err["code"] == code and type(fault).__name__ in err["message"]
+    assert "Traceback" not in rs[1].text and "incident" in err["message"]
+    incident = err["message"].split("incident ")[1].split()[0]
+    logged = [r for r in caplog.records if r.name.startswith("plguard.server")
+              and incident in r.getMessage()]
+    assert logged and logged[0].exc_info is not None and logged[0].exc_info[1] is fault
+    assert health["failed_batches"] >= 1
+
+
+async def test_batch_stats_keep_bounded_memory(minimal_policy):
+    app = build_app(_guard(SlowScripted(), minimal_policy))
+    stats = app.state.batcher.stats
+    for _ in range(10_000):
+        stats.sizes.append(1)
+    assert len(stats.sizes) == batching.RECENT_SIZES < 10_000
