@@ -142,7 +142,10 @@ class GroundingConfig(_Strict):
     combine: Literal["mean_logit", "mean_prob"] = Field(
         "mean_logit", description="How paraphrase scores of one predicate are combined."
     )
-    batch_size: int = Field(32, ge=1, description="Questions per batched forward.")
+    batch_size: int = Field(32, ge=1, description="Most questions scored in one batched "
+                            "forward after a pair's shared prefix (transformers backend; "
+                            "vLLM and remote servers schedule their own batches). Lower it "
+                            "if grounding runs out of memory.")
     calibration: str | None = Field(None, description="Calibration file (JSON, written by "
                                     "`plguard calibrate`) mapping each predicate's raw P(True); "
                                     "refused for another model, template or policy. The trace "

@@ -222,6 +222,11 @@ class Grounder:
         self._request_memo: OrderedDict[str, tuple[PredicateScore, ...]] = OrderedDict()
         self._templates: dict[Scope, tuple[str, str]] = {}
 
+    def close(self) -> None:
+        """Close the grounding cache's connections (the backend is its owner's to close)."""
+        if self.cache is not None:
+            self.cache.close()
+
     # -- prompts ---------------------------------------------------------------------------
 
     def _template(self, scope: Scope) -> tuple[str, str]:
@@ -294,7 +299,8 @@ class Grounder:
             prefix = prefix.replace("\x01RESP\x01", view.response, 1)
         qs = self._questions(scope) if questions is None else questions
         suffixes = tuple(suffix_t.replace(_SENTINEL, q, 1) for q in qs)
-        return TFRequest(prefix=prefix, suffixes=suffixes, answers=self.answers)
+        return TFRequest(prefix=prefix, suffixes=suffixes, answers=self.answers,
+                         batch_size=self.cfg.batch_size)
 
     def prompts(self, request: str, response: str | None) -> TFRequest:
         """The grounding prompt(s) of the first view (request-scope when no response)."""

@@ -80,6 +80,10 @@ class TFRequest:
     # The positive and negative answer words scored after each suffix (each with and
     # without a leading space, merged by logsumexp).
     answers: tuple[str, str] = ("True", "False")
+    # Most suffixes per batched forward after the shared prefix (``grounding.batch_size``;
+    # None: all in one). Backends that batch suffixes themselves (transformers) honour it;
+    # vLLM and servers schedule their own batches.
+    batch_size: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

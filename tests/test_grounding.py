@@ -198,3 +198,36 @@ def test_adversarial_content_cannot_close_delimiters(grounder, embedded_backend,
             de, dr = pe - escaped[0].probs[n], pr - raw[0].probs[n]
             print(f"{case:<16} {n:<36} {pe:8.3f} {de:+7.3f} {pr:8.3f} {dr:+8.3f}")
             assert 0.0 < pe < 1.0
+
+
+def test_grounding_batch_size_sets_questions_per_forward(embedded_backend):
+    """grounding.batch_size is honoured: same P(True), as many suffix forwards as it says."""
+    from plguard.policy import load_policy
+
+    pol = load_policy("detailed")
+    calls: list[int] = []
+    model = embedded_backend.model
+    orig = model.forward
+
+    def counting(*args, **kwargs):
+        ids = kwargs.get("input_ids")
+        if kwargs.get("past_key_values") is not None and ids is not None:
+            calls.append(int(ids.shape[0]))  # a batched forward of question suffixes
+        return orig(*args, **kwargs)
+
+    pair = ("How do I kill a Python process?", "Run kill -9 with its PID.")
+    probs = {}
+    model.forward = counting
+    try:
+        for bs in (1, 32):
+            calls.clear()
+            g = Grounder(embedded_backend, pol.predicates,
+                         GroundingConfig(batch_size=bs, heads=None, paraphrases=False))
+            probs[bs] = [s.p_true for s in g.ground([pair])[0].scores]
+            n_q = len(pol.predicates)
+            assert sum(calls) == n_q
+            assert max(calls) == min(bs, max(calls)) and len(calls) == (
+                n_q if bs == 1 else 2)  # one forward per scope at 32
+    finally:
+        model.forward = orig
+    assert probs[1] == pytest.approx(probs[32], abs=1e-4)

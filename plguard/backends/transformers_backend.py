@@ -78,7 +78,7 @@ class TransformersBackend(TokenizerText):
 
     def __init__(self, model: Any, tokenizer: Any, *, model_id: str,
                  max_context: int | None = None, batch_size: int = 8,
-                 tf_batch_size: int = 32) -> None:
+                 tf_batch_size: int | None = None) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.model_id = model_id
@@ -280,8 +280,11 @@ class TransformersBackend(TokenizerText):
         base_cache = pre.past_key_values
         scores: list[TFScore] = []
         answer_states: list[Any] = []
-        for start in range(0, len(suffixes), self.tf_batch_size):
-            chunk = suffixes[start:start + self.tf_batch_size]
+        # The request's own limit (grounding.batch_size) first; the backend's (tests,
+        # direct use) else; all suffixes in one forward when neither is set.
+        step = req.batch_size or self.tf_batch_size or max(1, len(suffixes))
+        for start in range(0, len(suffixes), step):
+            chunk = suffixes[start:start + step]
             k, width = len(chunk), max(len(s) for s in chunk)
             # Suffixes are left-padded inside the batch: each row's last real token sits in
             # the final column, so only k logit rows are computed. The pads are masked out
