@@ -16,6 +16,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from plguard.errors import ConfigError, did_you_mean
 
 EMBEDDED_MODEL = "embedded"
+# Decoding defaults, read by GenerationConfig and by plguard.types.GenerationParams (the
+# record backends take), so direct API use and configs agree.
+DEFAULT_MAX_NEW_TOKENS = 128
+DEFAULT_TEMPERATURE = 0.0
 DEFAULT_FALLBACK_REFUSAL = (
     "I can't help with that request because it could cause harm. "
     "If you have a related safe question, I'm happy to help with that instead."
@@ -285,8 +289,9 @@ class GuardConfig(_Strict):
 class GenerationConfig(_Strict):
     """Decoding defaults for drafts and repairs."""
 
-    max_new_tokens: int = Field(128, ge=1, description="New tokens per answer (512 in the paper).")
-    temperature: float = Field(0.0, ge=0, description="0 means greedy.")
+    max_new_tokens: int = Field(DEFAULT_MAX_NEW_TOKENS, ge=1,
+                                description="New tokens per answer (512 in the paper).")
+    temperature: float = Field(DEFAULT_TEMPERATURE, ge=0, description="0 means greedy.")
 
 
 class EvalConfig(_Strict):

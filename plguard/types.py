@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from plguard.config import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE
+
 Role = Literal["system", "user", "assistant"]
 ROLES: tuple[str, ...] = ("system", "user", "assistant")
 Scope = Literal["request", "response"]
@@ -33,8 +35,8 @@ Chat = tuple[Message, ...]
 class GenerationParams:
     """Decoding parameters for one generation call (greedy when temperature is 0)."""
 
-    max_new_tokens: int = 128
-    temperature: float = 0.0
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    temperature: float = DEFAULT_TEMPERATURE
     top_p: float = 1.0
     seed: int = 0
     # A JSON schema (as JSON text) the output must follow, on backends with structured

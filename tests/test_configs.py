@@ -44,3 +44,12 @@ def test_paper_phi3_gpu():
     assert cfg.eval.evaluator_max_new_tokens == 192
     # Both engines share one GPU during evals.
     assert cfg.generator.gpu_memory_utilization + ev.gpu_memory_utilization < 1
+
+
+def test_generation_params_defaults_are_the_config_defaults():
+    # One place holds each decoding default: the record backends take agrees with config.
+    from plguard.config import GenerationConfig
+    from plguard.types import GenerationParams
+
+    cfg, params = GenerationConfig(), GenerationParams()
+    assert (params.max_new_tokens, params.temperature) == (cfg.max_new_tokens, cfg.temperature)
