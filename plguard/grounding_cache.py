@@ -59,7 +59,11 @@ class GroundingCache:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._local = threading.local()  # sqlite3 connections must stay in their thread
+        # One connection per thread (a connection must not be used by two at once); all
+        # are tracked so close() can close the ones other threads opened.
+        self._local = threading.local()
+        self._open: set[sqlite3.Connection] = set()
+        self._open_lock = threading.Lock()
         self.hits = 0
         self.misses = 0
         con = self._con()
@@ -70,14 +74,17 @@ class GroundingCache:
 
     def _con(self) -> sqlite3.Connection:
         con: sqlite3.Connection | None = getattr(self._local, "con", None)
-        if con is None:
-            con = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_MS / 1000)
+        if con is None or con not in self._open:
+            con = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_MS / 1000,
+                                  check_same_thread=False)
             con.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
             con.execute("PRAGMA journal_mode=WAL")
             # NORMAL is durable across process crashes in WAL mode; only an OS crash can
             # drop the last commits, which a rerun simply recomputes.
             con.execute("PRAGMA synchronous=NORMAL")
             self._local.con = con
+            with self._open_lock:
+                self._open.add(con)
         return con
 
     def get_many(self, keys: Sequence[str]) -> dict[str, TFScore]:
@@ -115,11 +122,11 @@ class GroundingCache:
         return [r[0] for r in self._con().execute("SELECT key FROM scores")]
 
     def close(self) -> None:
-        """Close this thread's connection (others close when their thread ends)."""
-        con = getattr(self._local, "con", None)
-        if con is not None:
+        """Close every thread's connection; a later call opens a new one."""
+        with self._open_lock:
+            cons, self._open = list(self._open), set()
+        for con in cons:
             con.close()
-            self._local.con = None
 
 
 __all__ = ["GroundingCache", "cache_key", "default_cache_path", "resolve_cache_path"]

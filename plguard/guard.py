@@ -76,6 +76,10 @@ class Guard:
 
     One loaded model serves every role that names it: generator, grounder and
     repairer share a backend when their model configs are equal.
+
+    :meth:`close` (or ``with Guard(...) as guard:``) frees what the Guard opened: the
+    backends it loaded itself (each once), the grounding cache and remote connection pools.
+    A backend passed in stays open: it belongs to the caller, who may share it.
     """
 
     def __init__(
@@ -92,10 +96,18 @@ class Guard:
 
         self.config = config or GuardConfig()
         self.policy = policy or load_policy(self.config.policy)
-        self.generator = generator or load_backend(self.config.generator)
+        owned: list[Backend] = []
+        if generator is None:
+            generator = load_backend(self.config.generator)
+            owned.append(generator)
+        self.generator = generator
         if grounder is None:
             same = self.config.grounder is None or self.config.grounder == self.config.generator
-            grounder = self.generator if same else load_backend(self.config.grounder_model)
+            if not same:
+                owned.append(load_backend(self.config.grounder_model))
+            grounder = self.generator if same else owned[-1]
+        self._owned = owned
+        self._closed = False
         self.grounder_backend = grounder
         self.grounder: Grounder = Grounder(grounder, self.policy.predicates, self.config.grounding,
                                            policy_name=self.policy.name)
@@ -120,6 +132,23 @@ class Guard:
         else:
             cfg = GuardConfig.from_dict(config or {}, **overrides)
         return cls(cfg)
+
+    def close(self) -> None:
+        """Close the grounding cache and the backends this Guard loaded; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self.grounder.close()
+        for backend in self._owned:
+            close = getattr(backend, "close", None)
+            if callable(close):
+                close()
+
+    def __enter__(self) -> Guard:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @property
     def params(self) -> GenerationParams:

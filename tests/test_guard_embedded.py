@@ -98,3 +98,28 @@ def test_cli_errors_are_clear():
     out = _cli("guard", "hi", "--policy", "/no/such/policy")
     assert out.returncode == 2 and "/no/such/policy" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_guard_as_context_manager_closes_the_cache_not_a_passed_backend(embedded_backend,
+                                                                         tmp_path):
+    import sqlite3
+
+    cfg = GuardConfig.from_dict({**SMALL, "grounding": {"cache": str(tmp_path / "g.sqlite")}})
+    msgs = [{"role": "user", "content": "Is water wet?"}]
+    with Guard(cfg, generator=embedded_backend) as g:
+        r = g.check(msgs, "Yes, it is.")
+        cache = g.grounder.cache
+        assert cache is not None and len(cache) >= len(r.grounding.scores)
+        # The grounding ran here; a connection another thread opened must be closed too.
+        import threading
+        t = threading.Thread(target=lambda: len(cache))
+        t.start()
+        t.join()
+        opened = list(cache._open)
+        assert len(opened) == 2
+    for con in opened:
+        with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+            con.execute("SELECT 1")
+    g.close()  # idempotent
+    # The backend was passed in, so it is the caller's and still serves.
+    assert embedded_backend.count_tokens("still open") > 0

@@ -177,6 +177,9 @@ def build_app(guard: Guard, settings: ServerConfig | None = None) -> FastAPI:
         await batcher.aclose()
         if upstream is not None:
             await upstream.aclose()
+        # The guard serves this app alone once it is built: shutdown frees its pools,
+        # engines and cache (a backend the caller passed to the Guard stays open).
+        guard.close()
 
     # No /docs or /openapi.json: a guard in front of an app exposes only what it serves.
     app = FastAPI(title="plguard", lifespan=lifespan, docs_url=None, redoc_url=None,

@@ -147,14 +147,18 @@ class DynamicBatcher:
         return await item.future
 
     async def aclose(self) -> None:
-        """Stop the worker; a batch already in the thread finishes there."""
+        """Stop the worker and wait for a batch already in the thread to finish there.
+
+        Waiting matters: the app closes the Guard next, which must not pull its backends
+        from under a running batch.
+        """
         if self._task is not None and not self._task.done():
             self._task.cancel()
             try:
                 await self._task
             except asyncio.CancelledError:
                 pass
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        await asyncio.to_thread(self._executor.shutdown, wait=True, cancel_futures=True)
 
     # The worker ---------------------------------------------------------------------------
     def _ensure_worker(self) -> None:
