@@ -65,7 +65,7 @@ from plguard.server.schemas import (
     RuleScore,
     Usage,
 )
-from plguard.server.upstream import UpstreamClient, UpstreamError
+from plguard.server.upstream import UpstreamClient, UpstreamDraft, UpstreamError
 from plguard.types import Chat
 
 if TYPE_CHECKING:
@@ -227,7 +227,7 @@ def _add_routes(app: FastAPI) -> None:
         chat = _chat(body.messages)
         key = _gen_key(body, state.settings, state.guard)
         timings: dict[str, float] = {}
-        draft = None
+        draft: UpstreamDraft | None = None
         if state.upstream is not None:
             t0 = time.perf_counter()
             try:
@@ -235,12 +235,12 @@ def _add_routes(app: FastAPI) -> None:
                                                                 body.messages],
                                                    key.max_new_tokens, key.temperature)
             except UpstreamError as exc:
-                raise ApiError(502, str(exc), type="upstream_error",
-                               code="upstream_failed") from None
+                raise ApiError(502, str(exc), type="upstream_error", code=exc.code) from None
             timings["upstream"] = time.perf_counter() - t0
-        outcome = await _submit(state.batcher, chat, key, draft)
+        outcome = await _submit(state.batcher, chat, key,
+                                draft.text if draft is not None else None)
         mode: Mode = "upstream" if draft is not None else "local"
-        completion = _completion(body.model, outcome, key, mode, timings)
+        completion = _completion(body.model, outcome, key, mode, timings, draft)
         if body.stream:
             return StreamingResponse(_sse(completion), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache",
@@ -314,14 +314,26 @@ async def _submit(batcher: DynamicBatcher, chat: Chat, key: GenKey,
 
 
 def _completion(model: str, o: BatchOutcome, key: GenKey, mode: Mode,
-                timings: dict[str, float]) -> ChatCompletion:
+                timings: dict[str, float], up: UpstreamDraft | None = None) -> ChatCompletion:
     r = o.result
     d = r.decision
     finish: FinishReason = "stop"
+    # A supplied answer (check mode) was not generated here, so it never ran out of tokens;
+    # an upstream draft ran out only if the upstream says so.
     if d.action == "refuse":
         finish = "content_filter"
-    elif not r.repaired and o.completion_tokens >= key.max_new_tokens:
+    elif r.repaired:
+        pass
+    elif up is not None:
+        finish = "length" if up.finish_reason == "length" else "stop"
+    elif mode == "local" and o.completion_tokens >= key.max_new_tokens:
         finish = "length"
+    n_prompt, n_new = o.prompt_tokens, o.completion_tokens
+    if up is not None:
+        # The upstream's own counts where it gave them: its tokenizer may not be ours.
+        n_prompt = up.prompt_tokens if up.prompt_tokens is not None else n_prompt
+        if not r.repaired and up.completion_tokens is not None:
+            n_new = up.completion_tokens
     info = PlguardInfo(
         action=d.action, reason=d.reason, repaired=r.repaired, fallback_used=r.fallback_used,
         rechecked_action=r.repairs[-1].decision.action if r.repairs else None,
@@ -336,8 +348,8 @@ def _completion(model: str, o: BatchOutcome, key: GenKey, mode: Mode,
     return ChatCompletion(
         id=f"chatcmpl-{uuid.uuid4().hex[:24]}", created=int(time.time()), model=model,
         choices=[Choice(message=AssistantMessage(content=r.final), finish_reason=finish)],
-        usage=Usage(prompt_tokens=o.prompt_tokens, completion_tokens=o.completion_tokens,
-                    total_tokens=o.prompt_tokens + o.completion_tokens),
+        usage=Usage(prompt_tokens=n_prompt, completion_tokens=n_new,
+                    total_tokens=n_prompt + n_new),
         plguard=info,
     )
 

@@ -178,7 +178,7 @@ class PlguardInfo(BaseModel):
 
 
 class Usage(BaseModel):
-    """Token counts, as the guard's tokenizer counts them."""
+    """Token counts: the upstream's own where it reported them, else the guard's tokenizer's."""
 
     prompt_tokens: int
     completion_tokens: int

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -46,6 +47,20 @@ def upstream_guard_config(cfg: GuardConfig) -> GuardConfig:
 class UpstreamError(Exception):
     """The upstream server could not be reached or gave no usable answer."""
 
+    def __init__(self, message: str, code: str = "upstream_failed") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamDraft:
+    """The upstream's answer, with its own finish reason and token counts where it gave them."""
+
+    text: str
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
 
 class UpstreamClient:
     """Asks the upstream server for a draft answer."""
@@ -72,11 +87,14 @@ class UpstreamClient:
         return self._client
 
     async def draft(self, model: str, messages: list[dict[str, str]], max_tokens: int,
-                    temperature: float) -> str:
-        """The upstream's answer text.
+                    temperature: float) -> UpstreamDraft:
+        """The upstream's answer.
 
         Raises:
-            UpstreamError: unreachable, a non-2xx status, or a body without an answer.
+            UpstreamError: unreachable, a non-2xx status, a body without an answer, or an
+                answer with no text (``content: null``: tool calls or reasoning only). The
+                guard judges text; passing tool calls or an empty answer through unjudged
+                would let them past the policy, so such an answer is an error.
         """
         body: dict[str, Any] = {
             "model": self.model or model, "messages": messages, "max_tokens": max_tokens,
@@ -91,16 +109,38 @@ class UpstreamClient:
             raise UpstreamError(f"upstream {self.base_url} answered {r.status_code}: "
                                 f"{r.text[:300]}")
         try:
-            content = r.json()["choices"][0]["message"]["content"]
+            data = r.json()
+            choice = data["choices"][0]
+            message = choice["message"]
+            content = message["content"]
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise UpstreamError(f"upstream {self.base_url} gave no answer in "
                                 f"choices[0].message.content: {r.text[:300]}") from exc
+        if not isinstance(content, str):
+            parts = [k for k in ("tool_calls", "function_call", "reasoning_content",
+                                 "reasoning") if message.get(k)]
+            what = f"only {', '.join(parts)}" if parts else "no text"
+            raise UpstreamError(
+                f"upstream {self.base_url} answered with {what} (choices[0].message.content "
+                f"is {type(content).__name__ if content is not None else 'null'}); plguard "
+                "guards text answers and does not pass anything else through unchecked",
+                code="upstream_no_content")
+        usage = data.get("usage") if isinstance(data, dict) else None
+        usage = usage if isinstance(usage, dict) else {}
+        finish = choice.get("finish_reason")
         # JSON can carry lone surrogates (\ud800 escapes); the guard could neither tokenize
         # nor return them, and the draft is the upstream's text, not the client's input.
-        return replace_lone_surrogates(content) if isinstance(content, str) else ""
+        return UpstreamDraft(replace_lone_surrogates(content),
+                             finish if isinstance(finish, str) else None,
+                             _count(usage.get("prompt_tokens")),
+                             _count(usage.get("completion_tokens")))
 
     async def aclose(self) -> None:
         """Close the connection pool."""
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+
+
+def _count(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
