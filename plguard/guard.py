@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -200,21 +201,18 @@ class Guard:
         reqs = [request_text(c) for c in chats]
         all_idx = list(range(len(chats)))
         groundings, results, decisions = self._assess(clock, all_idx, reqs, drafts)
-        finals = list(drafts)
-        rounds: list[list[RepairRound]] = [[] for _ in chats]
-        fallback = [False] * len(chats)
-        self._repair_loop(clock, params, reqs, drafts, decisions, results, finals, rounds,
-                          fallback)
+        tracks = self._repair_loop(_RepairJob(clock, params, reqs), drafts, decisions, results)
         total = time.perf_counter() - t_start
         out = []
         for i in all_idx:
             timings = dict(clock.per_example[i])
             timings["total"] = (sum(v for k, v in timings.items() if is_time_key(k))
                                 if len(chats) > 1 else total)
+            t = tracks[i]
             out.append(GuardResult(
-                request=reqs[i], draft=drafts[i], final=finals[i],
-                repaired=bool(rounds[i]), grounding=groundings[i], policy=results[i],
-                decision=decisions[i], repairs=tuple(rounds[i]), fallback_used=fallback[i],
+                request=reqs[i], draft=drafts[i], final=t.final,
+                repaired=bool(t.rounds), grounding=groundings[i], policy=results[i],
+                decision=decisions[i], repairs=tuple(t.rounds), fallback_used=t.fallback,
                 timings_s=timings,
             ))
         return out
@@ -255,49 +253,44 @@ class Guard:
                         d.reason + " [response cut to fit: its unseen middle was scored at "
                         "each predicate's prior]")
 
-    def _repair_loop(
-        self,
-        clock: _Clock,
-        params: GenerationParams,
-        reqs: list[str],
-        drafts: list[str],
-        decisions: list[Decision],
-        results: list[PolicyResult],
-        finals: list[str],
-        rounds: list[list[RepairRound]],
-        fallback: list[bool],
-    ) -> None:
-        current = list(decisions)
-        current_results = list(results)
-        pending = [i for i, d in enumerate(current) if d.action != "allow"]
+    def _repair_loop(self, job: _RepairJob, drafts: list[str], decisions: list[Decision],
+                     results: list[PolicyResult]) -> list[_Track]:
+        """Repair every request not allowed, for up to ``repair.max_rounds`` rounds."""
+        tracks = [_Track(a, d, r) for a, d, r in zip(drafts, decisions, results, strict=True)]
+        pending = [i for i, t in enumerate(tracks) if t.decision.action != "allow"]
         for rnd in range(1, self.config.repair.max_rounds + 1):
             if not pending:
                 break
-            chats = [self._repair_chat(reqs[i], finals[i], current[i], current_results[i])
-                     for i in pending]
-            gens = self._timed_generate(clock, "repair", pending, chats, params)
-            texts = [g.text for g in gens]
-            sub_reqs = [reqs[i] for i in pending]
-            g2, r2, d2 = self._assess(_SubClock(clock, pending, "repair_"),
-                                      list(range(len(pending))), sub_reqs, texts)
-            nxt = []
-            for k, i in enumerate(pending):
-                rounds[i].append(RepairRound(
-                    round=rnd, action=current[i].action,
-                    prompt=chats[k][-1].content, response=texts[k],
-                    grounding=g2[k], policy=r2[k], decision=d2[k]))
-                finals[i] = texts[k]
-                current[i], current_results[i] = d2[k], r2[k]
-                if d2[k].action != "allow":
-                    nxt.append(i)
-            pending = nxt
+            pending = self._repair_round(job, rnd, pending, tracks)
         for i in pending:
             # Still unsafe after the allowed rounds: the fixed refusal is the only answer
             # known to be safe. A repair that is safe but still judged over-refusing is kept:
             # replacing it with the fixed refusal could only refuse more.
-            if current[i].action == "refuse":
-                finals[i] = self.config.repair.fallback_refusal
-                fallback[i] = True
+            if tracks[i].decision.action == "refuse":
+                tracks[i].final = self.config.repair.fallback_refusal
+                tracks[i].fallback = True
+        return tracks
+
+    def _repair_round(self, job: _RepairJob, rnd: int, pending: list[int],
+                      tracks: list[_Track]) -> list[int]:
+        """One repair of each of ``pending``, re-assessed; returns those still not allowed."""
+        chats = [self._repair_chat(job.reqs[i], tracks[i].final, tracks[i].decision,
+                                   tracks[i].result) for i in pending]
+        gens = self._timed_generate(job.clock, "repair", pending, chats, job.params)
+        texts = [g.text for g in gens]
+        g2, r2, d2 = self._assess(_SubClock(job.clock, pending, "repair_"),
+                                  list(range(len(pending))), [job.reqs[i] for i in pending],
+                                  texts)
+        nxt = []
+        for k, i in enumerate(pending):
+            t = tracks[i]
+            t.rounds.append(RepairRound(
+                round=rnd, action=t.decision.action, prompt=chats[k][-1].content,
+                response=texts[k], grounding=g2[k], policy=r2[k], decision=d2[k]))
+            t.final, t.decision, t.result = texts[k], d2[k], r2[k]
+            if d2[k].action != "allow":
+                nxt.append(i)
+        return nxt
 
     def _timed_generate(self, clock: _Clock, phase: str, idx: list[int], chats: list[Chat],
                         params: GenerationParams) -> list[Generation]:
@@ -307,6 +300,26 @@ class Guard:
         return repair_chat(policy_text=self.policy.instructions, request=req, draft=answer,
                            decision=d, probs=r.probs, unsafe_rules=self.policy.unsafe_rules,
                            over_refusal_rules=self.policy.over_refusal_rules)
+
+
+@dataclass(frozen=True, slots=True)
+class _RepairJob:
+    """What every repair round of one batch shares."""
+
+    clock: _Clock
+    params: GenerationParams
+    reqs: list[str]
+
+
+@dataclass(slots=True)
+class _Track:
+    """One request through the repair rounds: its current answer and how it was judged."""
+
+    final: str
+    decision: Decision
+    result: PolicyResult
+    rounds: list[RepairRound] = field(default_factory=list)
+    fallback: bool = False
 
 
 def effective_thresholds(config: GuardConfig, cal: Calibration | None) -> Thresholds:
