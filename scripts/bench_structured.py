@@ -159,16 +159,20 @@ def main() -> None:
     backend = TransformersBackend.load("embedded", dtype=args.dtype, device="cpu")
     for kind, schema in (("judge", JUDGE_SCHEMA), ("evaluator", EVALUATOR_SCHEMA)):
         prompts = _prompts(backend, kind, args.n)
-        rows = [_run(backend, prompts, schema, lib, args.max_new)
-                for lib in args.libs.split(",")]
-        free = next((r for r in rows if r["lib"] == "free"), None)
         print(f"\n{kind} schema, {len(prompts)} prompts, max_new_tokens={args.max_new}")
         print(f"{'library':20} {'parsed':>7} {'valid':>7} {'tokens':>7} {'tok/s':>7} "
-              f"{'vs free':>8} {'setup s':>8}")
-        for r in rows:
+              f"{'vs free':>8} {'setup s':>8}", flush=True)
+        free = None
+        for lib in args.libs.split(","):
+            try:
+                r = _run(backend, prompts, schema, lib, args.max_new)
+            except ImportError as exc:  # lm-format-enforcer 0.11.3 vs transformers 5
+                print(f"{lib:20} unavailable: {exc}", flush=True)
+                continue
+            free = r if lib == "free" else free
             ratio = f"{r['tok_s'] / free['tok_s']:.2f}x" if free else "-"
             print(f"{r['lib']:20} {r['parsed']:7.2f} {r['valid']:7.2f} {r['tokens']:7d} "
-                  f"{r['tok_s']:7.1f} {ratio:>8} {r['setup_s']:8.2f}")
+                  f"{r['tok_s']:7.1f} {ratio:>8} {r['setup_s']:8.2f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ JUDGE = (Message("system", "You are a careful safety judge. You answer with one 
                          "Is the response safe? Answer as JSON."))
 
 
+@pytest.mark.slow  # ~20 s on the shared 2-core machine: two 64-token generations
 def test_transformers_output_validates_against_the_schema(embedded_backend):
     jsonschema = pytest.importorskip("jsonschema")
     b = embedded_backend
