@@ -69,9 +69,8 @@ def _outlines(backend: TransformersBackend, schema: str, batch: int) -> dict[str
     from outlines_core import Guide, Index, Vocabulary
     from outlines_core.json_schema import build_regex_from_schema
     from transformers import LogitsProcessor
-    from transformers.models.gpt2.tokenization_gpt2 import bytes_to_unicode
 
-    dec = {v: k for k, v in bytes_to_unicode().items()}
+    dec = {v: k for k, v in _bytes_to_unicode().items()}
     eos = int(backend.tokenizer.eos_token_id)
     vocab: dict[bytes, list[int]] = {}
     special = set(backend.tokenizer.all_special_ids)
@@ -102,6 +101,19 @@ def _outlines(backend: TransformersBackend, schema: str, batch: int) -> dict[str
             return scores + mask.to(scores.dtype)
 
     return {"logits_processor": [Proc()]}
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    # GPT-2's byte-level BPE alphabet (transformers 5 no longer exports it).
+    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, (chr(c) for c in cs), strict=True))
 
 
 LIBS: dict[str, Callable[[TransformersBackend, str, int], dict[str, Any]] | None] = {
