@@ -18,11 +18,7 @@ ROOT = Path(__file__).resolve().parents[1] / "plguard"
 # Known cycles outside the evals/batchjob area, being removed by their owners (issue 25).
 # Each entry is one import edge left out of the graph, which breaks that cycle; delete the
 # entry when the cycle is gone (the test then fails if it came back).
-KNOWN_CYCLE_EDGES = {
-    # policy.bundle imports the package (inside bundle_dirs, for plguard.__file__), and
-    # plguard/__init__ imports guard, which imports policy.
-    ("plguard.policy.bundle", "plguard"),
-}
+KNOWN_CYCLE_EDGES: set[tuple[str, str]] = set()
 
 # Known imports of another module's private helpers outside the evals/batchjob area, left
 # to their owners: (importing file, imported name). Delete an entry once it is fixed.

@@ -27,9 +27,9 @@ _FIELDS = ("name", "scope", "question", "description", "paraphrases", "prior", "
 
 def bundle_dirs() -> list[Path]:
     """Where bundled policies live: inside an installed wheel, then the source checkout."""
-    import plguard
-
-    pkg = Path(plguard.__file__).resolve().parent
+    # The package folder from this file's place (plguard/policy/bundle.py), not from
+    # `import plguard`, which would make the package's top import this module's parent.
+    pkg = Path(__file__).resolve().parent.parent
     return [d for d in (pkg / "_bundles", pkg.parent / "policies") if d.is_dir()]
 
 
