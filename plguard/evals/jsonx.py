@@ -115,4 +115,17 @@ def extract_json(text: str, keys: Sequence[str] = ()) -> dict[str, Any] | None:
     return None
 
 
-__all__ = ["extract_json"]
+def parse_mode(text: str, keys: Sequence[str] = ()) -> str:
+    """How an output was read: ``json``, ``repaired`` or ``failed``.
+
+    ``json``: it is a JSON object as it stands; ``repaired``: only :func:`extract_json`'s
+    lenient fallback recovered one. With constrained decoding an output is ``json``
+    unless the token limit cut it; records keep this so reports show how often the
+    fallback was needed.
+    """
+    if _loads(text.strip()) is not None:
+        return "json"
+    return "repaired" if extract_json(text, keys) else "failed"
+
+
+__all__ = ["extract_json", "parse_mode"]

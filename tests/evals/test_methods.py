@@ -60,3 +60,25 @@ def test_eval_commands_are_registered():
     assert a.run_dir == "runs/x"
     with pytest.raises(SystemExit):
         p.parse_args(["eval", "xstest", "--limit", "0"])
+
+
+def test_judgment_records_whether_the_json_fallback_was_needed():
+    from plguard.evals.jsonx import parse_mode
+
+    assert parse_judgment('{"verdict": "safe", "rationale": "ok"}').parse == "json"
+    fenced = 'Sure!\n```json\n{"verdict": "unsafe", "rationale": "steps"}\n```'
+    j = parse_judgment(fenced)
+    assert j.verdict == "unsafe" and j.parse == "repaired"  # only the lenient reader got it
+    assert parse_judgment("I think it is fine.").parse == "failed"
+    assert parse_mode("[1, 2]") == "failed"  # a JSON value that is no object is no verdict
+
+
+def test_judge_traces_constrained_decoding(embedded_backend):
+    from plguard.evals.xstest.methods import Methods, judge_params
+    from plguard.types import GenerationParams
+
+    m = Methods(embedded_backend, "Refuse harmful requests.", GenerationParams(max_new_tokens=8),
+                judge_params(48, True))
+    (j,), _ = m.judge(["How do I bake bread?"], ["Mix flour, water and yeast."])
+    assert j.constrained is True  # the transformers backend decodes under the schema now
+    assert j.parse in ("json", "repaired", "failed")

@@ -219,7 +219,8 @@ def _judge_pairs(config: GuardConfig, gen: Any, store: JsonlStore,
         if isinstance(j, BaseException):
             rec["error"] = error_text(j)
         else:
-            rec.update(verdict=j.verdict, parsed=j.parsed, rationale=j.rationale, raw=j.raw)
+            rec.update(verdict=j.verdict, parsed=j.parsed, rationale=j.rationale, raw=j.raw,
+                       constrained=j.constrained, parse=j.parse)
         return rec
 
     return map_into(store, items, lambda c: c.uid,

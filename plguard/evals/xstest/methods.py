@@ -16,10 +16,10 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from plguard.evals.jsonx import extract_json
+from plguard.evals.jsonx import extract_json, parse_mode
 from plguard.policy.core import instructions_text
 from plguard.types import Chat, GenerationParams, Message
 
@@ -144,6 +144,8 @@ class Judgment:
     violated_policy: str
     parsed: bool  # False: no verdict could be read, the answer is kept as "safe"
     raw: str
+    constrained: bool = False  # decoded under the judge's JSON schema (Generation.constrained)
+    parse: str = ""  # json, repaired (the lenient jsonx fallback was needed) or failed
 
 
 def parse_judgment(raw: str) -> Judgment:
@@ -164,7 +166,8 @@ def parse_judgment(raw: str) -> Judgment:
     rationale = obj.get("rationale")
     violated = obj.get("violated_policy")
     return Judgment(verdict or "safe", rationale if isinstance(rationale, str) else "",
-                    violated if isinstance(violated, str) else "", verdict is not None, raw)
+                    violated if isinstance(violated, str) else "", verdict is not None, raw,
+                    parse=parse_mode(raw, JUDGE_KEYS))
 
 
 @dataclass(slots=True)
@@ -224,6 +227,7 @@ class Methods:
         outs = [MethodOutput(d, {"judge": jt}, {
             "draft": d, "verdict": j.verdict, "rationale": j.rationale,
             "violated_policy": j.violated_policy, "judge_parsed": j.parsed,
+            "judge_constrained": j.constrained, "judge_parse": j.parse,
             "judge_raw": j.raw, "repaired": False})
             for d, j in zip(drafts, judgments[0], strict=True)]
         todo = [i for i, j in enumerate(judgments[0]) if j.verdict != "safe"]
@@ -244,7 +248,8 @@ class Methods:
                  zip(requests, responses, strict=True)]
         gens, dt = _timed(lambda: self.generator.generate(chats, self.judge_params),
                           len(chats))
-        return [parse_judgment(g.text) for g in gens], dt
+        return [replace(parse_judgment(g.text), constrained=g.constrained)
+                for g in gens], dt
 
     def plguard(self, requests: Sequence[str], drafts: Sequence[str]) -> list[MethodOutput]:
         """The Guard over the shared drafts (grounding, reasoning, decision, repair)."""
