@@ -39,7 +39,10 @@ class SchemaConstraint:
                         stop_token_ids=self._stop_ids)
                     self._compiler = xgr.GrammarCompiler(info)
                 try:
-                    grammar = self._compiler.compile_json_schema(schema)
+                    # Compact JSON: with free whitespace a small model spent its token
+                    # budget on blanks and was cut off mid-rationale (3 of 8 judge runs).
+                    grammar = self._compiler.compile_json_schema(schema,
+                                                                 any_whitespace=False)
                 except (RuntimeError, ValueError, TypeError) as exc:
                     raise BackendError(f"GenerationParams.json_schema is not a JSON schema "
                                        f"xgrammar can compile: {exc} (schema: "
