@@ -17,9 +17,11 @@ rules read (``label`` safe/unsafe, ``type``, ``final_label`` of a response): an 
 prompt is ``unsafe``; a CoCoNot safety-concern request ``unsafe``, its contrast ``safe``;
 a CoCoNot ``chosen`` answer a full compliance with a ``safe`` request. That mapping is
 ours (documented here and in docs/quality.md); CoCoNot's ``rejected`` answers (less
-helpful, only sometimes a refusal) and its other categories (unanswerable, underspecified:
-not harm) are left out. A predicate no rule derives for an item is unknown and the item is
-left out of that predicate's head.
+helpful, only sometimes a refusal) are left out, and its other categories (underspecified,
+unsupported, subjective, humanizing: not harm) form ``coconot_plain``, requests labelled
+``plain`` (a bundle's gold rules map that to "not harmful, no sensitive topic" where that
+is clear, as minimal's request predicates do, and leave it unknown elsewhere). A predicate
+no rule derives for an item is unknown and the item is left out of that predicate's head.
 """
 
 from __future__ import annotations
@@ -35,10 +37,10 @@ from typing import Any
 
 from plguard.errors import ConfigError
 
-SOURCES: tuple[str, ...] = ("xstest", "ailuminate", "coconot")
+SOURCES: tuple[str, ...] = ("xstest", "ailuminate", "coconot", "coconot_plain")
 LICENCES = {"xstest": "CC-BY-4.0 (prompts); completions under their models' terms",
             "ailuminate": "CC-BY-4.0 (MLCommons AILuminate v1.0 demo prompt set)",
-            "coconot": "MIT (AllenAI CoCoNot)"}
+            "coconot": "MIT (AllenAI CoCoNot)", "coconot_plain": "MIT (AllenAI CoCoNot)"}
 AILUMINATE_FILE = "airr_official_1.0_demo_en_us_prompt_set_release.csv"
 COCONOT_SAFETY = ("dangerous or sensitive topics", "privacy violations",
                   "triggers for offensive language")
@@ -177,7 +179,24 @@ def _coco_fields(label: str, kind: str, r: dict[str, Any]) -> dict[str, Any]:
     return {"label": label, "type": f"coconot_{kind}_{sub}", "harm": frozenset()}
 
 
-_LOADERS = {"xstest": _xstest, "ailuminate": _ailuminate, "coconot": _coconot}
+def _coconot_plain(split: str) -> Iterable[CorpusItem]:
+    """CoCoNot's requests of no harm category (underspecified, unsupported, subjective,
+    humanizing ...): ordinary requests, label ``plain`` (neither harmful nor a sensitive
+    topic), so heads also see requests that do not look dangerous at all."""
+    table = load_split("coconot")
+    for kind, name in (("eval", "coconot_eval.jsonl"), ("contrast", "coconot_contrast_eval.jsonl"),
+                       ("pref", "coconot_pref.jsonl")):
+        for r in _jsonl(name):
+            pid = f"{kind}:{r['id']}"
+            if r["category"] == "Requests with safety concerns":
+                continue
+            if split == "all" or table.get(pid) == split:
+                yield CorpusItem(f"coconot_plain/{pid}", "coconot_plain", pid, r["prompt"],
+                                 None, _coco_fields("plain", kind, r))
+
+
+_LOADERS = {"xstest": _xstest, "ailuminate": _ailuminate, "coconot": _coconot,
+            "coconot_plain": _coconot_plain}
 
 
 def load_corpus(sources: Sequence[str] = SOURCES, split: str = "dev",

@@ -9,8 +9,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 R=eval/results/heads-embedded
-LIMIT=${LIMIT:-300}   # dev items per source the heads are fitted on
-TEST=${TEST:-200}     # pairs of the seeded guard-labelled test subset reported on
+LIMIT=${LIMIT:-200}   # dev items per source the heads are fitted on
+TEST=${TEST:-150}     # pairs of the seeded guard-labelled test subset reported on
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 pl() { python3 -m plguard "$@"; }
 mkdir -p $R
@@ -21,14 +21,16 @@ features) # dev corpus and test subset, for minimal, detailed and the one questi
     --dev-limit "$LIMIT" --test "$TEST" ;;
 fit)      # one heads file per policy; the one question twice: with its question's answer
           # position (the one-question classifier with a head) and with the pair alone
-          # (a single head trained directly on the two outcome labels)
-  for p in minimal detailed one_question; do
-    pl heads fit --policy $p --limit-per-source "$LIMIT" --quiet --out $R/heads-$p.json
-  done
-  pl heads fit --policy one_question --limit-per-source "$LIMIT" --quiet --readouts question \
-    --out $R/heads-one_question-question.json
-  pl heads fit --policy one_question --limit-per-source "$LIMIT" --quiet --readouts prefix \
-    --out $R/heads-one_question-prefix.json ;;
+          # (a single head trained directly on the two outcome labels). Only minimal's gold
+          # rules label CoCoNot's plain requests, so the others are fitted without them.
+  S3=xstest,ailuminate,coconot
+  pl heads fit --policy minimal --limit-per-source "$LIMIT" --quiet --out $R/heads-minimal.json
+  pl heads fit --policy detailed --sources $S3 --limit-per-source "$LIMIT" --quiet \
+    --out $R/heads-detailed.json
+  pl heads fit --policy one_question --sources $S3 --limit-per-source "$LIMIT" --quiet \
+    --readouts question --out $R/heads-one_question-question.json
+  pl heads fit --policy one_question --sources $S3 --limit-per-source "$LIMIT" --quiet \
+    --readouts prefix --out $R/heads-one_question-prefix.json ;;
 ship)     # the embedded model's default heads, in the package
   for p in minimal detailed; do cp $R/heads-$p.json plguard/heads/shipped/embedded-$p.json; done ;;
 report)

@@ -1,0 +1,96 @@
+"""The heads corpus and its splits, `plguard heads fit` end to end, the shipped heads."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from plguard.heads import corpus
+
+
+@pytest.mark.parametrize("name", ["ailuminate", "coconot"])
+def test_committed_split_equals_make_split(name):
+    assert corpus.load_split(name) == corpus.make_split(corpus.split_keys(name))
+
+
+def test_corpus_dev_and_test_are_disjoint_by_prompt_and_labelled():
+    dev = corpus.load_corpus(split="dev")
+    test = corpus.load_corpus(split="test")
+    assert not {it.prompt_id for it in dev} & {it.prompt_id for it in test}
+    kinds = Counter((it.source, it.response is None, it.fields["label"]) for it in dev)
+    assert kinds[("ailuminate", True, "unsafe")] == 600  # every AILuminate prompt is hazardous
+    assert kinds[("coconot", True, "safe")] > 0 and kinds[("coconot", True, "unsafe")] > 0
+    # CoCoNot's helpful answers are full compliance with a benign request; no rejected answer.
+    pairs = [it for it in dev if it.source == "coconot" and it.response is not None]
+    assert pairs and all(it.fields["final_label"] == "1_full_compliance" for it in pairs)
+    assert all(it.uid.endswith("/chosen") for it in pairs)
+    sub = corpus.load_corpus(limit_per_source=20)
+    bigger = corpus.load_corpus(limit_per_source=40)
+    assert {it.uid for it in sub} <= {it.uid for it in bigger}  # a subset nests in a larger one
+    n = Counter(it.source for it in sub)
+    assert n["ailuminate"] == n["coconot"] == 20 and n["xstest"] == 135 + 675  # never cut
+
+
+def test_gold_labels_of_corpus_items():
+    from plguard.heads.fit import labels_for
+    from plguard.policy import load_policy
+
+    items = corpus.load_corpus(limit_per_source=60)
+    y = labels_for(load_policy("minimal"), items)
+    for it, harmful in zip(items, y["request_is_harmful"], strict=True):
+        assert harmful == (1.0 if it.fields["label"] == "unsafe" else 0.0)
+    refuses = [v for it, v in zip(items, y["response_refuses"], strict=True)
+               if it.source == "coconot" and it.response is not None]
+    assert refuses and all(v == 0.0 for v in refuses)
+
+
+@pytest.mark.slow
+def test_heads_fit_cli_writes_a_file_the_guard_applies(tmp_path, capsys):
+    from plguard.cli import main
+    from plguard.guard import Guard
+
+    out = tmp_path / "heads-minimal.json"
+    # XSTest is never cut by a limit: leave it out to keep this test to ~80 forwards.
+    assert main(["heads", "fit", "--policy", "minimal", "--sources", "ailuminate,coconot",
+                 "--limit-per-source", "40", "--quiet", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "request_is_harmful" in printed and str(out) in printed
+    doc = json.loads(out.read_text())
+    assert doc["training"]["split"] == "dev"
+    assert set(doc["training"]["licences"]) == {"ailuminate", "coconot"}
+    assert "response_refuses" in doc["zero_shot"]  # CoCoNot's answers are all compliant
+    assert "request_is_harmful" in doc["predicates"]
+    assert out.with_suffix(".md").read_text().startswith("# Heads for minimal")
+    guard = Guard.from_config(policy="minimal", **{"grounding.heads": str(out)})
+    r = guard.check("How do I build a pipe bomb?", "I can't help with that.")
+    score = {s.name: s for s in r.grounding.scores}["request_is_harmful"]
+    assert score.source == "head" and score.p_head == score.p_true
+    assert r.grounding.heads.startswith("heads-minimal.json@")
+    # The same file for another policy is refused with a clear error.
+    from plguard.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="fitted for policy minimal"):
+        Guard.from_config(policy="detailed", **{"grounding.heads": str(out)})
+
+
+@pytest.mark.parametrize("policy", ["minimal", "detailed"])
+def test_shipped_heads_fit_the_embedded_model_and_are_the_default(embedded_backend_bf16, policy):
+    from plguard.config import GroundingConfig
+    from plguard.grounding import Grounder
+    from plguard.heads.artefact import shipped_heads
+    from plguard.policy import load_policy
+
+    path = shipped_heads(policy)
+    assert path is not None and path.stat().st_size < 200_000  # a few KB per predicate
+    pol = load_policy(policy)
+    g = Grounder(embedded_backend_bf16, pol.predicates, GroundingConfig(), policy_name=policy)
+    assert g.heads is not None and g.heads.path == str(path)  # auto: the shipped file
+    out = g.ground([("How do I hotwire a car that isn't mine?", "I can't help with that.")])[0]
+    assert out.heads == g.heads.label
+    assert any(s.source == "head" for s in out.scores)
+    off = Grounder(embedded_backend_bf16, pol.predicates, GroundingConfig(heads=None),
+                   policy_name=policy)
+    assert off.heads is None
+    assert all(s.source == "zeroshot" for s in off.ground([("Hi", "Hello!")])[0].scores)
