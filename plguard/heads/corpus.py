@@ -180,12 +180,16 @@ def _coco_fields(label: str, kind: str, r: dict[str, Any]) -> dict[str, Any]:
 
 
 def _coconot_plain(split: str) -> Iterable[CorpusItem]:
-    """CoCoNot's requests of no harm category (underspecified, unsupported, subjective,
-    humanizing ...): ordinary requests, label ``plain`` (neither harmful nor a sensitive
-    topic), so heads also see requests that do not look dangerous at all."""
+    """CoCoNot's requests of no harm category, labelled ``plain``.
+
+    Underspecified, unsupported, subjective, humanizing ...: ordinary requests, neither
+    harmful nor about a sensitive topic, so heads also see requests that do not look
+    dangerous at all.
+    """
     table = load_split("coconot")
-    for kind, name in (("eval", "coconot_eval.jsonl"), ("contrast", "coconot_contrast_eval.jsonl"),
-                       ("pref", "coconot_pref.jsonl")):
+    files = (("eval", "coconot_eval.jsonl"), ("contrast", "coconot_contrast_eval.jsonl"),
+             ("pref", "coconot_pref.jsonl"))
+    for kind, name in files:
         for r in _jsonl(name):
             pid = f"{kind}:{r['id']}"
             if r["category"] == "Requests with safety concerns":

@@ -134,7 +134,8 @@ def test_heads_refused_where_they_do_not_fit(embedded_backend, minimal, tmp_path
     good = _heads_doc(embedded_backend, minimal, cfg, readouts=["question"] * 4)
 
     def build(doc, policy_name="minimal", backend=embedded_backend):
-        path = _write(tmp_path, doc, f"h{hashlib.sha256(json.dumps(doc).encode()).hexdigest()[:8]}.json")
+        digest = hashlib.sha256(json.dumps(doc).encode()).hexdigest()[:8]
+        path = _write(tmp_path, doc, f"h{digest}.json")
         return Grounder(backend, minimal.predicates, cfg.model_copy(update={"heads": str(path)}),
                         policy_name=policy_name)
 
