@@ -139,11 +139,11 @@ class Guard:
         if self._closed:
             return
         self._closed = True
+        from plguard.backends import release_backend
+
         self.grounder.close()
         for backend in self._owned:
-            close = getattr(backend, "close", None)
-            if callable(close):
-                close()
+            release_backend(backend)  # closed once no other Guard or role holds it
 
     def __enter__(self) -> Guard:
         return self

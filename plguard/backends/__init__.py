@@ -24,6 +24,7 @@ REGISTRY: dict[str, str] = {
 }
 
 _POOL: dict[ModelConfig, Backend] = {}
+_REFS: dict[ModelConfig, int] = {}  # load_backend calls not yet given back
 _POOL_LOCK = threading.Lock()
 
 
@@ -43,13 +44,37 @@ def load_backend(cfg: ModelConfig) -> Backend:
     with _POOL_LOCK:
         if cfg not in _POOL:
             _POOL[cfg] = backend_class(cfg.backend).from_config(cfg)
+        _REFS[cfg] = _REFS.get(cfg, 0) + 1
         return _POOL[cfg]
+
+
+def release_backend(backend: Backend) -> bool:
+    """Give back one :func:`load_backend` of ``backend``; the last closes it (returns True).
+
+    Several Guards (or roles) that name one model share one load, so one of them closing
+    must not close the model under the others. A backend the pool did not load is left
+    alone: it is its creator's to close.
+    """
+    with _POOL_LOCK:
+        cfg = next((c for c, b in _POOL.items() if b is backend), None)
+        if cfg is None:
+            return False
+        _REFS[cfg] = _REFS.get(cfg, 1) - 1
+        if _REFS[cfg] > 0:
+            return False
+        del _POOL[cfg], _REFS[cfg]
+    close = getattr(backend, "close", None)
+    if callable(close):
+        close()
+    return True
 
 
 def clear_pool() -> None:
     """Forget loaded backends (tests, or to free memory)."""
     with _POOL_LOCK:
         _POOL.clear()
+        _REFS.clear()
 
 
-__all__ = ["REGISTRY", "Backend", "backend_class", "clear_pool", "load_backend"]
+__all__ = ["REGISTRY", "Backend", "backend_class", "clear_pool", "load_backend",
+           "release_backend"]

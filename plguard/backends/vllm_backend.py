@@ -61,6 +61,9 @@ _ENGINES: dict[EngineKey, Any] = {}
 # vllm.LLM is not thread-safe; backends sharing an engine share its lock (the server may
 # call from several threads).
 _CALL_LOCKS: dict[EngineKey, threading.Lock] = {}
+# Backends using each engine: the last one to close shuts the engine down (several model
+# configs may map to one engine key, so a backend's close must not stop a shared engine).
+_ENGINE_USERS: dict[EngineKey, int] = {}
 _ENGINES_LOCK = threading.Lock()
 
 
@@ -84,12 +87,34 @@ def import_vllm() -> Any:
     return vllm
 
 
+def acquire_engine(key: EngineKey) -> None:
+    """Count one more backend using the engine of ``key``."""
+    with _ENGINES_LOCK:
+        _ENGINE_USERS[key] = _ENGINE_USERS.get(key, 0) + 1
+
+
+def release_engine(key: EngineKey) -> bool:
+    """One backend less on ``key``'s engine; the last one shuts it down (returns True)."""
+    with _ENGINES_LOCK:
+        left = _ENGINE_USERS.get(key, 0) - 1
+        if left > 0:
+            _ENGINE_USERS[key] = left
+            return False
+        _ENGINE_USERS.pop(key, None)
+        llm = _ENGINES.pop(key, None)
+        _CALL_LOCKS.pop(key, None)
+    if llm is not None:
+        _shutdown(llm)
+    return llm is not None
+
+
 def shutdown_engines() -> None:
     """Stop every cached engine (frees its process and memory)."""
     with _ENGINES_LOCK:
         engines = list(_ENGINES.values())
         _ENGINES.clear()
         _CALL_LOCKS.clear()
+        _ENGINE_USERS.clear()
     for llm in engines:
         _shutdown(llm)
 
@@ -208,6 +233,7 @@ class VLLMBackend(TokenizerText):
         self.tokenizer = tokenizer
         self.model_id = model_id
         self.local_path: str | None = None  # the resolved model folder
+        self._engine_key: EngineKey | None = None  # set by from_config: the engine it holds
         self.max_context = int(max_context)
         self.true_ids, self.false_ids = self._answer_ids()
         self.eos_ids = set(eos_ids)
@@ -250,12 +276,20 @@ class VLLMBackend(TokenizerText):
             raise ModelError(f"cannot load the tokenizer of '{cfg.path}' from {local}: "
                              f"{type(exc).__name__}: {exc}") from exc
         llm = get_engine(key)
+        acquire_engine(key)
         max_len = int(llm.llm_engine.model_config.max_model_len)
         shown = cfg.path if cfg.path != "embedded" else "embedded:smollm2-135m-instruct"
         backend = cls(llm, tok, model_id=f"{shown}:{dtype}:vllm", max_context=max_len,
                       eos_ids=_generation_eos(local), lock=_CALL_LOCKS[key])
         backend.local_path = local
+        backend._engine_key = key
         return backend
+
+    def close(self) -> None:
+        """Stop using the engine; the last backend on it shuts it down. Idempotent."""
+        key, self._engine_key = self._engine_key, None
+        if key is not None:
+            release_engine(key)
 
     # -- generation ------------------------------------------------------------------------
 
