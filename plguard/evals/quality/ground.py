@@ -110,13 +110,25 @@ def ground_labelled(config: GuardConfig, out_dir: str | Path, *, policies: Seque
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    job = _Job(tuple(policies), split, limit, judge, progress, grounder, generator)
     with exclusive(out / ".run.lock", out, "use another --out folder"):
-        return _run(config, out, policies, split, limit, judge, progress, grounder, generator)
+        return _run(config, out, job)
 
 
-def _run(config: GuardConfig, out: Path, policy_names: Sequence[str], split: str,
-         limit: int | None, judge: bool, progress: bool, grounder_backend: Any,
-         generator: Any) -> GroundSummary:
+@dataclass(frozen=True)
+class _Job:
+    """What one ``ground_labelled`` call asks for (its keyword arguments, once)."""
+
+    policies: tuple[str, ...]
+    split: str
+    limit: int | None
+    judge: bool
+    progress: bool
+    grounder: Any  # a loaded backend replacing the configured grounder, or None
+    generator: Any  # likewise for the generator (the judge)
+
+
+def _run(config: GuardConfig, out: Path, job: _Job) -> GroundSummary:
     from plguard.backends import load_backend
     from plguard.evals.xstest.runner import model_identity
     from plguard.grounding import Grounder
@@ -124,9 +136,9 @@ def _run(config: GuardConfig, out: Path, policy_names: Sequence[str], split: str
     gcfg = config.grounding.model_copy(update={"calibration": None})
     cfg_json = config.model_dump(mode="json")
     cfg_json["grounding"]["calibration"] = None
-    policies = [load_policy(p) for p in policy_names]
+    policies = [load_policy(p) for p in job.policies]
     plan = union_plan(policies)
-    items = labelled_items(split, limit, config.eval.seed)
+    items = labelled_items(job.split, job.limit, config.eval.seed)
     mpath = out / "manifest.json"
     previous = read_manifest(mpath)
     gstore, jstore = JsonlStore(out / "grounding.jsonl"), JsonlStore(out / "judge.jsonl")
@@ -139,16 +151,16 @@ def _run(config: GuardConfig, out: Path, policy_names: Sequence[str], split: str
                           f"{', '.join(missing)} (or their questions changed); ground those "
                           "into another --out folder")
     shared = config.grounder in (None, config.generator)
-    jtodo = [c for c in items if c.uid not in jstore] if judge else []
+    jtodo = [c for c in items if c.uid not in jstore] if job.judge else []
     # The generator is loaded only when it is needed: now if it also grounds, else only
     # after grounding and only to judge (a vLLM engine held idle through hours of
     # grounding would take memory every other job on the machine needs).
-    gen = generator or (load_backend(config.generator) if shared else None)
-    gb = grounder_backend or (gen if shared else load_backend(config.grounder_model))
+    gen = job.generator or (load_backend(config.generator) if shared else None)
+    gb = job.grounder or (gen if shared else load_backend(config.grounder_model))
     assert gb is not None  # shared implies gen was loaded
     grounder = Grounder(gb, plan.specs, gcfg)
     session = {"session": uuid.uuid4().hex[:12], "started": now_iso(), "ended": None,
-               "argv": sys.argv[1:], "split": split, "limit": limit}
+               "argv": sys.argv[1:], "split": job.split, "limit": job.limit}
     prev = dict(previous or {})
     sessions = [*prev.get("sessions", []), session]
     manifest = {
@@ -156,7 +168,7 @@ def _run(config: GuardConfig, out: Path, policy_names: Sequence[str], split: str
         "config": cfg_json, "part_configs": parts,
         "policies": sorted({*(prev.get("policies") or []), *(p.id for p in policies)}),
         "keys": {**(prev.get("keys") or {}), **plan.keys},
-        "split": split, "n_pairs": max(int(prev.get("n_pairs", 0)), len(items)),
+        "split": job.split, "n_pairs": max(int(prev.get("n_pairs", 0)), len(items)),
         "seed": config.eval.seed, "template_version": grounder.template_version,
         "grounder": model_identity(gb, config.grounder_model.path),
         "generator": (model_identity(gen, config.generator.path) if gen is not None
@@ -168,14 +180,14 @@ def _run(config: GuardConfig, out: Path, policy_names: Sequence[str], split: str
     # calls are sized by questions, about 256 (plenty for a batching backend), not by the
     # generation batch: a stopped run then loses minutes, not a quarter of an hour.
     bs = max(1, min(config.grounder_model.batch_size, QUESTIONS_PER_CALL // len(plan.specs)))
-    g = _ground_pairs(grounder, gstore, items, bs, split, progress)
+    g = _ground_pairs(grounder, gstore, items, bs, job.split, job.progress)
     summary = GroundSummary(out, len(items), g.written - g.errors, 0, g.errors)
     if jtodo:
         if gen is None:
             gen = load_backend(config.generator)
             manifest["generator"] = model_identity(gen, config.generator.path)
             write_json_atomic(mpath, manifest)
-        jc = _judge_pairs(config, gen, jstore, jtodo, split, progress)
+        jc = _judge_pairs(config, gen, jstore, jtodo, job.split, job.progress)
         summary.judged = jc.written - jc.errors
     session.update(ended=now_iso(), grounded=summary.grounded, judged=summary.judged,
                    errors=summary.errors)
