@@ -164,7 +164,8 @@ class PredicateScore:
     bound: bool = False
     # With learned heads (grounding.heads): the zero-shot P(True) (calibrated where a
     # calibration applies; None when the question was not asked because the head reads
-    # the data alone), the head's P, and which one gave ``p_true``: "zeroshot" or "head".
+    # the data alone, and then logprob_true/logprob_false are 0.0, no reading), the head's
+    # P, and which one gave ``p_true``: "zeroshot" or "head".
     p_zeroshot: float | None = None
     p_head: float | None = None
     source: str = "zeroshot"

@@ -31,7 +31,12 @@ def test_chat_full_trace(guard):
     assert [s.name for s in r.grounding.scores] == names
     for s in r.grounding.scores:
         assert 0.0 < s.p_true < 1.0
-        assert s.logprob_true < 0 and s.logprob_false < 0
+        if s.source == "head" and s.p_zeroshot is None:
+            # The shipped head reads the data alone: no question asked, no log-probs read.
+            assert s.p_head == s.p_true and s.logprob_true == s.logprob_false == 0.0
+        else:
+            assert s.logprob_true < 0 and s.logprob_false < 0
+    assert r.grounding.heads.startswith("embedded-minimal.json@")  # the default with this model
     assert set(r.policy.probs) == set(guard.policy.queries)
     assert r.decision.action in ("allow", "refuse", "rewrite")
     assert r.decision.strongest_unsafe[0] in guard.policy.unsafe_rules
