@@ -444,6 +444,7 @@ class Grounder:
                                     self.cfg.max_data_tokens, q, view.key_request,
                                     view.key_response)] = (x, self.backend.model_id, q)
         if self.cache is not None:
+            self.cache.misses += len(fresh)  # every question was forwarded, none looked up
             self.cache.put_many(fresh)
         return result
 
