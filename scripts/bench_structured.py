@@ -50,7 +50,8 @@ def _xgrammar(backend: TransformersBackend, schema: str, batch: int) -> dict[str
 
     info = xgr.TokenizerInfo.from_huggingface(backend.tokenizer,
                                               vocab_size=backend.model.config.vocab_size)
-    compiled = xgr.GrammarCompiler(info).compile_json_schema(schema)
+    # As plguard.backends._structured compiles it: compact JSON, no free whitespace.
+    compiled = xgr.GrammarCompiler(info).compile_json_schema(schema, any_whitespace=False)
     return {"logits_processor": [xgr.contrib.hf.LogitsProcessor(compiled)]}
 
 
