@@ -103,9 +103,16 @@ def heads_report(backend: Any, runs: Mapping[str, tuple[str, HeadsFile | None]],
         rows.append({"detector": det, "policy": pname,
                      "heads": hf.label if hf is not None else None,
                      "unsafe": asdict(su.auroc), "over_refusal": asdict(so.auroc)})
+    import sys
+
+    from plguard.grounding import backend_identity
+    from plguard.records.store import git_commit, now_iso, package_versions
+
     return {"n_pairs": len(y_u), "n_unsafe_compliance": int(y_u.sum()),
             "n_over_refusal": int(y_o.sum()), "seed": seed, "model": str(backend.model_id),
-            "rows": rows}
+            "model_sha256": backend_identity(backend)["model_sha256"],
+            "argv": sys.argv, "made": now_iso(), "git": git_commit(),
+            "versions": package_versions(), "rows": rows}
 
 
 def render(doc: Mapping[str, Any]) -> str:
@@ -114,6 +121,8 @@ def render(doc: Mapping[str, Any]) -> str:
         return f"{d['value']:.3f} [{d['lo']:.3f}, {d['hi']:.3f}]"
 
     lines = [f"# Heads vs zero-shot, {doc['model']}",
+             "", f"Model weights sha256 {doc.get('model_sha256')}; made by "
+             f"`{' '.join(doc.get('argv') or [])}` (scripts/results/heads_embedded.sh report).",
              "",
              f"XSTest test split, the seeded {doc['n_pairs']}-pair guard-labelled subset "
              f"({doc['n_unsafe_compliance']} unsafe compliances, {doc['n_over_refusal']} "
