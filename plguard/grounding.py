@@ -385,10 +385,7 @@ class Grounder:
         cached: dict[str, TFScore] = {}
         keys: list[list[str]] = []
         if self.cache is not None:
-            model, budget = self.backend.model_id, self.cfg.max_data_tokens
-            keys = [[cache_key(model, self.template_version, budget, q, v.key_request,
-                               v.key_response) for q in qlist]
-                    for v, qlist in zip(views, per_view, strict=True)]
+            keys = self._cache_keys(views, per_view)
             cached = self.cache.get_many([k for row in keys for k in row])
         todo: list[tuple[int, list[int]]] = []  # (view, indices of its missing questions)
         for i, qlist in enumerate(per_view):
@@ -424,29 +421,41 @@ class Grounder:
         outs = self.backend.true_false_states(built, self.heads.layers)  # type: ignore[attr-defined]
         result: list[list[TFScore]] = []
         fresh: dict[str, tuple[TFScore, str, str]] = {}
-        for view, qlist, out in zip(views, per_view, outs, strict=True):
+        keys = self._cache_keys(views, per_view) if self.cache is not None else []
+        for i, (view, qlist, out) in enumerate(zip(views, per_view, outs, strict=True)):
             scores = [TFScore(x.logprob_true, x.logprob_false, x.truncated or view.cut, x.bound)
                       for x in out.scores]
-            specs = self._by_scope["request" if view.response is None else "response"]
-            asked_at: dict[str, int] = {}
-            at = 0
-            for spec in specs:
-                asked_at[spec.name] = at
-                at += len(self._variants(spec))
+            scope: Scope = "request" if view.response is None else "response"
+            specs = self._by_scope[scope]
+            asked_at = dict(zip((sp.name for sp in specs), self._offsets(scope), strict=True))
             logits = {sp.name: scores[asked_at[sp.name]].logprob_true
                       - scores[asked_at[sp.name]].logprob_false
                       for sp in specs if self._variants(sp)}
             result.append(_ViewScores(scores, head_scores(self.heads, specs, asked_at, out,
                                                           logits)))
-            if self.cache is not None:
-                for q, x in zip(qlist, scores, strict=True):
-                    fresh[cache_key(self.backend.model_id, self.template_version,
-                                    self.cfg.max_data_tokens, q, view.key_request,
-                                    view.key_response)] = (x, self.backend.model_id, q)
+            if keys:
+                fresh.update((k, (x, self.backend.model_id, q))
+                             for k, q, x in zip(keys[i], qlist, scores, strict=True))
         if self.cache is not None:
             self.cache.misses += len(fresh)  # every question was forwarded, none looked up
             self.cache.put_many(fresh)
         return result
+
+    def _offsets(self, scope: Scope) -> list[int]:
+        """Where each predicate's questions start among a view's suffixes (spec order)."""
+        out, at = [], 0
+        for spec in self._by_scope[scope]:
+            out.append(at)
+            at += len(self._variants(spec))
+        return out
+
+    def _cache_keys(self, views: Sequence[_View], per_view: Sequence[Sequence[str]]
+                    ) -> list[list[str]]:
+        """The grounding-cache key of every question of every view."""
+        model, budget = self.backend.model_id, self.cfg.max_data_tokens
+        return [[cache_key(model, self.template_version, budget, q, v.key_request,
+                           v.key_response) for q in qlist]
+                for v, qlist in zip(views, per_view, strict=True)]
 
     def _remember(self, request: str, scores: tuple[PredicateScore, ...]) -> None:
         self._request_memo[request] = scores
@@ -495,9 +504,8 @@ class Grounder:
     def _merge_variants(self, spec: PredicateSpec, k: int, scores: Sequence[TFScore]
                         ) -> tuple[float, float, float, tuple[float, ...], float, bool, bool]:
         """(P, mean logprob True, mean logprob False, variant Ps, spread, truncated, bound)."""
-        offsets = [len(self._variants(s)) for s in self._by_scope[spec.scope]]
-        start = sum(offsets[:k])
-        n = offsets[k]
+        start = self._offsets(spec.scope)[k]
+        n = len(self._variants(spec))
         if n == 0:  # not asked (a head reads the data alone): no zero-shot reading
             return (math.nan, 0.0, 0.0, (), 0.0, False, False)
         part = scores[start:start + n]
