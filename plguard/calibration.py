@@ -57,16 +57,24 @@ def platt(p: float, a: float, b: float) -> float:
     return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
 
 
+def read_json_file(path: Path, setting: str) -> tuple[bytes, Any]:
+    """The bytes and parsed JSON of a file a config ``setting`` names; clear errors.
+
+    Calibration and heads files are both read this way: their digests name the bytes.
+    """
+    try:
+        raw = path.read_bytes()
+        return raw, json.loads(raw)
+    except OSError as exc:
+        raise ConfigError(f"{setting}: cannot read {path}: {exc}") from None
+    except ValueError as exc:
+        raise ConfigError(f"{setting}: {path} is not JSON: {exc}") from None
+
+
 def load_calibration(path: str | Path) -> Calibration:
     """Read and check a calibration file (not yet its fit to a model: :func:`check_applies`)."""
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-        data: Any = json.loads(raw)
-    except OSError as exc:
-        raise ConfigError(f"grounding.calibration: cannot read {p}: {exc}") from None
-    except ValueError as exc:
-        raise ConfigError(f"grounding.calibration: {p} is not JSON: {exc}") from None
+    raw, data = read_json_file(p, "grounding.calibration")
     preds = data.get("predicates") if isinstance(data, Mapping) else None
     if not isinstance(preds, Mapping):
         raise ConfigError(f"grounding.calibration: {p} has no 'predicates' mapping; write it "
@@ -153,4 +161,5 @@ def _policy_name(policy_id: str) -> str:
     return policy_id.split("@")[0]
 
 
-__all__ = ["FORMAT", "Calibration", "check_applies", "load_calibration", "platt"]
+__all__ = ["FORMAT", "Calibration", "check_applies", "load_calibration", "platt",
+           "read_json_file"]

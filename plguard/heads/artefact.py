@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from plguard.calibration import read_json_file
 from plguard.errors import ConfigError
 
 FORMAT = "plguard-heads/1"
@@ -106,13 +106,7 @@ def load_heads(path: str | Path) -> HeadsFile:
     """Read and check a heads file (not yet its fit to a model: :func:`check_applies`)."""
     p = Path(path)
     where = f"grounding.heads: {p}"
-    try:
-        raw = p.read_bytes()
-        data: Any = json.loads(raw)
-    except OSError as exc:
-        raise ConfigError(f"{where}: cannot read it: {exc}") from None
-    except ValueError as exc:
-        raise ConfigError(f"{where} is not JSON: {exc}") from None
+    raw, data = read_json_file(p, "grounding.heads")
     if not isinstance(data, Mapping) or data.get("format") != FORMAT:
         raise ConfigError(f"{where} is not a heads file (format {FORMAT}); write one with "
                           "`plguard heads fit`")
