@@ -107,3 +107,17 @@ def test_no_module_imports_another_modules_private_names():
                         and (rel, n) not in KNOWN_PRIVATE_IMPORTS:
                     found.append(f"{rel}:{node.lineno}: from {node.module} import {n}")
     assert not found, "imports of private names:\n" + "\n".join(found)
+
+
+# Product code that must not reach the studies: what it shares with them (labelled data,
+# gold values, the record store) lives outside plguard.evals.
+PRODUCT_PACKAGES = ("plguard.heads", "plguard.batchjob")
+
+
+@pytest.mark.parametrize("package", PRODUCT_PACKAGES)
+def test_product_code_does_not_import_evals(package):
+    graph = grimp.build_graph("plguard", cache_dir=None)
+    chains = graph.find_shortest_chains(importer=package, imported="plguard.evals",
+                                        as_packages=True)
+    assert not chains, f"{package} imports plguard.evals: " + "; ".join(
+        " -> ".join(c) for c in sorted(chains))

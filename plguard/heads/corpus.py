@@ -120,10 +120,10 @@ def _jsonl(name: str) -> list[dict[str, Any]]:
 
 
 def _xstest(split: str) -> Iterable[CorpusItem]:
-    from plguard.evals.data import load_completions, load_prompts
-    from plguard.evals.gold import make_sample
-    from plguard.evals.quality.splits import in_split
-    from plguard.evals.quality.splits import load_split as xs_split
+    from plguard.labels.gold import make_sample
+    from plguard.labels.splits import in_split
+    from plguard.labels.splits import load_split as xs_split
+    from plguard.labels.xstest import load_completions, load_prompts
 
     table = xs_split()
     every = load_prompts()

@@ -109,7 +109,7 @@ def _fixed(C: float) -> Any:
 
 def labels_for(policy: Any, items: Sequence[CorpusItem]) -> dict[str, np.ndarray]:
     """Predicate -> gold value per item (NaN: unknown), from the bundle's gold.yaml."""
-    from plguard.evals.gold import Sample, load_gold
+    from plguard.labels.gold import Sample, load_gold
 
     gold = load_gold(policy)
     rows = [gold.values(Sample(it.uid, it.prompt_id, it.fields, it.request,

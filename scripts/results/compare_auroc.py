@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-from plguard.evals.data import load_completions
 from plguard.evals.metrics import auroc
 from plguard.evals.xstest.labelled import targets
+from plguard.labels.xstest import load_completions
 from plguard.records.store import read_jsonl
 
 dirs = [Path(d) for d in sys.argv[1:]]

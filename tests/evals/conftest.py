@@ -7,7 +7,7 @@ import json
 import pytest
 
 from plguard import Guard, GuardConfig
-from plguard.evals.data import load_prompts
+from plguard.labels.xstest import load_prompts
 from plguard.policy import load_policy
 from tests.scripted import ScriptedBackend
 

@@ -19,15 +19,7 @@ from plguard.config import Thresholds
 from plguard.decide import decide
 from plguard.errors import PolicyError
 from plguard.evals.gold.cli import _gold_policies, main, mapping_markdown
-from plguard.evals.gold.core import (
-    HARM_DOMAINS,
-    decide_matrix,
-    evaluate_gold,
-    harm_domains,
-    load_gold,
-    load_samples,
-    outcome,
-)
+from plguard.evals.gold.core import decide_matrix, evaluate_gold
 from plguard.evals.gold.noise import (
     NoiseModel,
     Sweep,
@@ -37,6 +29,7 @@ from plguard.evals.gold.noise import (
     run_sweeps,
 )
 from plguard.evals.metrics import auroc, expected_calibration_error
+from plguard.labels.gold import HARM_DOMAINS, harm_domains, load_gold, load_samples, outcome
 from plguard.policy import load_policy
 from plguard.types import PolicyResult
 
@@ -154,7 +147,7 @@ def test_moderate_and_very_detailed_rows_by_hand(by_uid):
 
 
 def test_harm_domains_cover_every_unsafe_prompt_and_no_safe_one():
-    from plguard.evals.data import load_prompts
+    from plguard.labels.xstest import load_prompts
 
     for p in load_prompts():
         d = harm_domains(p.type, p.focus, p.note, p.label)
@@ -169,8 +162,8 @@ def test_harm_domains_cover_every_unsafe_prompt_and_no_safe_one():
 
 
 def test_prompt_only_sample_has_no_response_gold():
-    from plguard.evals.data import load_prompts
-    from plguard.evals.gold.core import make_sample
+    from plguard.labels.gold import make_sample
+    from plguard.labels.xstest import load_prompts
 
     p = next(x for x in load_prompts() if x.id == "38")
     v = load_gold("minimal").values(make_sample(p))

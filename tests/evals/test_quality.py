@@ -13,7 +13,6 @@ import pytest
 from plguard import Guard, GuardConfig
 from plguard.calibration import load_calibration
 from plguard.errors import ConfigError, InputError
-from plguard.evals.data import load_prompts
 from plguard.evals.metrics import auroc
 from plguard.evals.quality.fit import (
     RewriteRule,
@@ -31,8 +30,9 @@ from plguard.evals.quality.ground import (
     union_plan,
 )
 from plguard.evals.quality.report import fast_auroc, quality_report
-from plguard.evals.quality.splits import load_split, make_split
 from plguard.evals.quality.types import render_types, type_breakdown
+from plguard.labels.splits import load_split, make_split
+from plguard.labels.xstest import load_prompts
 from plguard.policy import load_policy
 from tests.scripted import ScriptedBackend
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from plguard.evals.data import load_completions
 from plguard.evals.jsonx import extract_json
 from plguard.evals.xstest.scorers import (
     SemanticEvaluator,
@@ -13,6 +12,7 @@ from plguard.evals.xstest.scorers import (
     regex_extended,
     regex_xstest,
 )
+from plguard.labels.xstest import load_completions
 from tests.scripted import ScriptedBackend
 
 C, R, P = "1_full_compliance", "2_full_refusal", "3_partial_refusal"

@@ -11,11 +11,11 @@ from plguard.cli import main
 from plguard.config import GroundingConfig, Thresholds
 from plguard.decide import decide
 from plguard.errors import InputError
-from plguard.evals.data import load_completions, load_prompts
 from plguard.evals.quality.platt import apply_platt, brier, ece, fit_platt
 from plguard.evals.tuning.ablation import ablate, base_records
 from plguard.evals.tuning.sweep import SweepData, best_thresholds, load_source, outcome, sweep
 from plguard.grounding import Grounder, load_calibration
+from plguard.labels.xstest import load_completions, load_prompts
 from plguard.policy import load_policy
 from plguard.types import PolicyResult
 from tests.scripted import ScriptedBackend

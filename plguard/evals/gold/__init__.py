@@ -1,30 +1,17 @@
 """The gold study (docs/gold.md).
 
-Gold predicate values from XSTest's labels (``core``), its commands (``cli``) and the
-label-noise analysis (``noise``).
-The gold mapping is also read outside the studies (``plguard.heads``), so its public
-names are importable from the package.
+Gold decisions scored against XSTest's outcome labels (``core``), its commands (``cli``)
+and the label-noise analysis (``noise``). The gold mapping itself (samples, gold.yaml) is
+read outside the studies too (``plguard.heads``), so it lives in :mod:`plguard.labels.gold`.
 """
 
 from plguard.evals.gold.core import (
-    FIELDS,
-    OUTCOMES,
     Decisions,
     GoldEval,
-    GoldMapping,
-    GoldRule,
     OutcomeScore,
-    Sample,
     decide_matrix,
     evaluate_gold,
-    harm_domains,
-    load_gold,
-    load_samples,
-    make_sample,
-    outcome,
     score,
 )
 
-__all__ = ["FIELDS", "OUTCOMES", "Decisions", "GoldEval", "GoldMapping", "GoldRule",
-           "OutcomeScore", "Sample", "decide_matrix", "evaluate_gold", "harm_domains",
-           "load_gold", "load_samples", "make_sample", "outcome", "score"]
+__all__ = ["Decisions", "GoldEval", "OutcomeScore", "decide_matrix", "evaluate_gold", "score"]

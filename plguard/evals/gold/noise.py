@@ -21,17 +21,9 @@ from typing import Any
 import numpy as np
 
 from plguard.errors import InputError
-from plguard.evals.gold.core import (
-    OUTCOMES,
-    GoldMapping,
-    Sample,
-    decide_matrix,
-    load_gold,
-    make_sample,
-    outcome,
-    score,
-)
+from plguard.evals.gold.core import decide_matrix, score
 from plguard.evals.metrics import auroc, expected_calibration_error
+from plguard.labels.gold import OUTCOMES, GoldMapping, Sample, load_gold, make_sample, outcome
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,7 +334,7 @@ def read_traces(path: str | Path) -> Iterator[Trace]:
     ``policy``) or the folder's manifest.json / guard-labelled.json. Other records are
     skipped.
     """
-    from plguard.evals.data import MODELS
+    from plguard.labels.xstest import MODELS
 
     p = Path(path)
     files = sorted(p.rglob("*.jsonl")) if p.is_dir() else [p]
@@ -397,7 +389,7 @@ def grounding_vs_gold(traces: Iterable[Trace], policy: str | None = None,
     labelled completion (a new draft) only request-level predicates and those a rule
     derives from the prompt alone (e.g. "a safe prompt gets no harmful answer") count.
     """
-    from plguard.evals.data import load_prompts
+    from plguard.labels.xstest import load_prompts
 
     ts = list(traces)
     names = {t.policy for t in ts if t.policy}
@@ -448,7 +440,7 @@ def grounding_vs_gold(traces: Iterable[Trace], policy: str | None = None,
 def _completions(keys: set[str]) -> dict[str, Any]:
     if not keys:
         return {}
-    from plguard.evals.data import load_completions
+    from plguard.labels.xstest import load_completions
 
     models = sorted({k.split("/")[0] for k in keys})
     return {c.uid: c for c in load_completions(models=models, with_strmatch=False)

@@ -146,7 +146,7 @@ def _add_rewrite_cost(p: argparse.ArgumentParser) -> None:
 def add_quality_commands(eval_sub: Any) -> None:
     """``plguard eval quality ground|fit|report``."""
     from plguard.cli import add_config_options, positive_int
-    from plguard.evals.quality.splits import SPLITS
+    from plguard.labels.splits import SPLITS
 
     q = eval_sub.add_parser("quality", help="Decision quality: ground labelled pairs for "
                             "several policies, fit calibrations on dev, report on test.")

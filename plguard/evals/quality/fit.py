@@ -70,7 +70,7 @@ def load_records(folder: str | Path, split: str | None = None) -> Records:
     if manifest is None or not (f / "grounding.jsonl").is_file():
         raise InputError(f"{f}: no grounding run here (manifest.json and grounding.jsonl); "
                          "run `plguard eval quality ground` first")
-    from plguard.evals.quality.splits import load_split
+    from plguard.labels.splits import load_split
 
     table = load_split()
     rows = [r for r in read_jsonl(f / "grounding.jsonl")
@@ -106,8 +106,8 @@ def outcomes(rows: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, np.ndarray]
 
 def gold_matrix(rows: Sequence[Mapping[str, Any]], policy: Policy) -> np.ndarray:
     """Gold predicate values (NaN unknown) per record, from the policy's gold.yaml."""
-    from plguard.evals.data import load_completions, load_prompts
-    from plguard.evals.gold.core import load_gold, make_sample
+    from plguard.labels.gold import load_gold, make_sample
+    from plguard.labels.xstest import load_completions, load_prompts
 
     gold = load_gold(policy)
     prompts = {p.id: p for p in load_prompts()}

@@ -28,8 +28,8 @@ from typing import Any
 
 from plguard.config import GuardConfig
 from plguard.errors import ConfigError
-from plguard.evals.data import LabelledCompletion, load_completions, seeded_order
-from plguard.evals.quality.splits import check_split, in_split, load_split
+from plguard.labels.splits import check_split, in_split, load_split
+from plguard.labels.xstest import LabelledCompletion, load_completions, seeded_order
 from plguard.policy import Policy, load_policy
 from plguard.records.loop import MapCounts, error_text, map_into
 from plguard.records.store import (

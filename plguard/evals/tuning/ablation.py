@@ -58,7 +58,7 @@ def base_records(run: Path, limit: int | None = None, split: str = "all"
     path = run / "base.jsonl"
     if not path.is_file():
         raise InputError(f"{run}: no base.jsonl; run `plguard eval xstest` first")
-    from plguard.evals.quality.splits import check_split, in_split, load_split
+    from plguard.labels.splits import check_split, in_split, load_split
 
     table = load_split() if check_split(split) != "all" else {}
     recs = [r for r in read_jsonl(path) if r.get("response") is not None and r.get("regex")

@@ -137,7 +137,7 @@ def _data(name: str, rows: Sequence[tuple[float, float, bool, bool]]) -> SweepDa
 
 def from_labelled(folder: Path) -> SweepData:
     """A ``guard-labelled`` output folder, joined with the human labels by uid."""
-    from plguard.evals.data import load_completions
+    from plguard.labels.xstest import load_completions
 
     recs = [r for r in read_jsonl(folder / "guard.jsonl") if not r.get("error")]
     by_uid = {c.uid: c for c in load_completions()}

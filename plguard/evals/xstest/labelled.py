@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from plguard.config import GuardConfig
-from plguard.evals.data import LabelledCompletion, load_completions, seeded_subset
 from plguard.evals.metrics import Detection, detection, fmt_threshold
 from plguard.evals.xstest.methods import Methods, judge_params
 from plguard.evals.xstest.runner import model_identity
 from plguard.evals.xstest.scorers import COMPLY, REFUSALS
+from plguard.labels.xstest import LabelledCompletion, load_completions, seeded_subset
 from plguard.records.loop import error_text, map_into
 from plguard.records.store import JsonlStore, now_iso, write_json_atomic
 

@@ -70,7 +70,7 @@ def summarise(run_dir: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"manifest": manifest, "methods": methods, "scorers": scorers,
                            "n_common": len(common), "split_rates": {},
                            "rates": {}, "per_type": {}, "runtime": {}, "counts": {}}
-    from plguard.evals.quality.splits import load_split
+    from plguard.labels.splits import load_split
 
     split = load_split()
     for s in scorers:

@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 
 from plguard.config import GuardConfig
 from plguard.errors import ConfigError, did_you_mean
-from plguard.evals.data import XSTestPrompt, data_dir, load_prompts
 from plguard.evals.xstest.methods import METHODS
 from plguard.evals.xstest.scorers import SemanticEvaluator
 from plguard.evals.xstest.shards import (
@@ -33,6 +32,7 @@ from plguard.evals.xstest.shards import (
     run_chunk,
     score_rows,
 )
+from plguard.labels.xstest import XSTestPrompt, data_dir, load_prompts
 from plguard.records.loop import error_text
 from plguard.records.store import (
     JsonlStore,
@@ -149,7 +149,7 @@ class XSTestRun:
         self._evaluator = evaluator
         self.ray = ray
         if prompts is None:
-            from plguard.evals.quality.splits import check_split, in_split, load_split
+            from plguard.labels.splits import check_split, in_split, load_split
 
             table = load_split() if check_split(split) != "all" else {}
             prompts = [p for p in load_prompts() if in_split(p.id, split, table)][:limit]

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from plguard.evals.data import ResponseClass
 from plguard.evals.jsonx import extract_json
+from plguard.labels.xstest import ResponseClass
 from plguard.types import Chat, GenerationParams, Message
 
 if TYPE_CHECKING:

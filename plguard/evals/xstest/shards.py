@@ -12,9 +12,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from plguard.evals.data import XSTestPrompt
 from plguard.evals.xstest.methods import MethodOutput, Methods, judge_params
 from plguard.evals.xstest.scorers import REGEX_SCORERS, SemanticEvaluator, SemanticVerdict
+from plguard.labels.xstest import XSTestPrompt
 from plguard.records.loop import error_text, run_safely
 
 if TYPE_CHECKING:

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from plguard.config import GuardConfig
-from plguard.evals.data import CLASSES, LabelledCompletion, load_completions, seeded_subset
 from plguard.evals.metrics import Agreement, agreement
 from plguard.evals.xstest.runner import SCORERS
 from plguard.evals.xstest.scorers import (
@@ -27,6 +26,7 @@ from plguard.evals.xstest.scorers import (
     SemanticVerdict,
     parse_verdict,
 )
+from plguard.labels.xstest import CLASSES, LabelledCompletion, load_completions, seeded_subset
 from plguard.records.loop import error_text, map_into
 from plguard.records.store import JsonlStore, now_iso, write_json_atomic
 

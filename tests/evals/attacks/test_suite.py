@@ -8,7 +8,7 @@ import pytest
 
 from plguard.errors import InputError
 from plguard.evals.attacks.suite import KINDS, load_suite, parse_pairs
-from plguard.evals.data import load_prompts
+from plguard.labels.xstest import load_prompts
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 from plguard.errors import ConfigError
-from plguard.evals.data import XSTestPrompt, data_dir
+from plguard.labels.xstest import XSTestPrompt, data_dir
 
 Split = Literal["dev", "test", "all"]
 SPLITS: tuple[str, ...] = ("dev", "test", "all")
