@@ -18,10 +18,11 @@ Failure contract (what callers, and the eval runner above them, rely on):
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -63,7 +64,7 @@ class Reply:
     completion_tokens: int = 0
 
 
-def _usage(body: Any) -> tuple[int, int]:
+def usage_of(body: Any) -> tuple[int, int]:
     u = body.get("usage") if isinstance(body, dict) else None
     if not isinstance(u, dict):
         return 0, 0
@@ -148,7 +149,7 @@ class RemoteClient:
                         raise BackendError(f"{method} {url} answered {r.status_code} with a "
                                            f"body that is not JSON: {r.text[:200]!r}"
                                            ) from None
-                    return Reply(data, *_usage(data))
+                    return Reply(data, *usage_of(data))
                 if r.status_code not in RETRY_STATUS:
                     raise RemoteStatusError(f"{method} {url} answered {r.status_code}: "
                                             f"{_message(r)}", r.status_code, _message(r))
@@ -175,6 +176,44 @@ class RemoteClient:
         except httpx.HTTPError:
             return False
         return r.status_code < 500
+
+    def stream(self, path: str, body: dict[str, Any], cancel: threading.Event
+               ) -> Iterator[Any]:
+        """POST ``body`` with ``stream: true`` and yield each server-sent event's JSON.
+
+        Not retried: part of the answer may already be out. Stops at ``data: [DONE]``, or
+        once ``cancel`` is set (checked between events); the connection is closed when the
+        iterator is, so the server sees the client go and stops generating.
+        """
+        url = self._url(path, False)
+        try:
+            with self._http.stream("POST", url, json={**body, "stream": True}) as r:
+                if r.status_code >= 400:
+                    r.read()
+                    msg = f"POST {url} (stream) answered {r.status_code}: {_message(r)}"
+                    if r.status_code in RETRY_STATUS:
+                        raise BackendError(msg)
+                    raise RemoteStatusError(msg, r.status_code, _message(r))
+                for line in r.iter_lines():
+                    if cancel.is_set():
+                        return
+                    if not line.startswith("data:"):
+                        continue  # comments, event names, keep-alives
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        return
+                    try:
+                        yield json.loads(data)
+                    except ValueError:
+                        raise BackendError(f"POST {url} streamed an event that is not JSON: "
+                                           f"{data[:200]!r}") from None
+        except httpx.TimeoutException:
+            raise BackendError(f"POST {url} (stream) got no data within "
+                               f"{self.request_timeout_s:g} s (model.request_timeout_s)"
+                               ) from None
+        except httpx.HTTPError as exc:
+            raise BackendError(f"POST {url} (stream) failed: {type(exc).__name__}: {exc}"
+                               ) from None
 
     # -- many requests ---------------------------------------------------------------------
 
@@ -215,4 +254,4 @@ def _retry_after(r: httpx.Response) -> float | None:
         return None
 
 
-__all__ = ["RETRY_STATUS", "RemoteClient", "RemoteStatusError", "Reply"]
+__all__ = ["RETRY_STATUS", "RemoteClient", "RemoteStatusError", "Reply", "usage_of"]

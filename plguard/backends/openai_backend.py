@@ -46,7 +46,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from plguard.backends._http import RemoteClient, RemoteStatusError, Reply
+from plguard.backends._http import RemoteClient, RemoteStatusError, Reply, usage_of
+from plguard.backends._stream import Deltas
 from plguard.backends._text import TokenizerText
 from plguard.backends.logprobs import finite, logsumexp
 from plguard.backends.vllm_backend import sampled_request_ids
@@ -233,8 +234,11 @@ class OpenAIBackend(TokenizerText):
 
     def _run(self, fn: Callable[[Any], tuple[Any, Reply]], jobs: Sequence[Any]) -> list[Any]:
         outs = self.client.map(fn, jobs)
-        p = sum(r.prompt_tokens for _, r in outs)
-        c = sum(r.completion_tokens for _, r in outs)
+        self._count(sum(r.prompt_tokens for _, r in outs),
+                    sum(r.completion_tokens for _, r in outs), len(outs))
+        return [v for v, _ in outs]
+
+    def _count(self, p: int, c: int, n: int) -> None:
         totals = getattr(self._tls, "totals", None)
         if totals is None:
             totals = self._tls.totals = {"prompt_tokens": 0, "completion_tokens": 0,
@@ -243,8 +247,7 @@ class OpenAIBackend(TokenizerText):
             with self._lock:
                 d["prompt_tokens"] += p
                 d["completion_tokens"] += c
-                d["requests"] += len(outs)
-        return [v for v, _ in outs]
+                d["requests"] += n
 
     # -- generation --------------------------------------------------------------------
 
@@ -280,6 +283,48 @@ class OpenAIBackend(TokenizerText):
                               constrained=constrained), reply
 
         return list(self._run(one, list(chats)))
+
+    def stream_generate(self, chat: Chat, params: GenerationParams,
+                        cancel: threading.Event) -> Iterator[str]:
+        """Stream one completion as text deltas (the server's SSE), joined = ``generate``'s.
+
+        Closing the iterator, or setting ``cancel``, closes the connection, which makes
+        vLLM's server abort the request. A ``json_schema`` is not sent: streams are
+        free text the guard checks as it goes.
+        """
+        max_new = max(1, min(params.max_new_tokens, self.max_context - 1))
+        sample = params.temperature > 0
+        body: dict[str, Any] = {"model": self.served_model, "max_tokens": max_new, "n": 1,
+                                "temperature": params.temperature if sample else 0.0,
+                                "top_p": params.top_p if sample else 1.0}
+        if sample:
+            body["seed"] = params.seed
+        ids = self.encode(TokenizerText.format_chat(self, chat))
+        limit = self.max_context - max_new
+        if len(ids) > limit:
+            path, field = "/completions", "text"
+            body["prompt"] = ids[-limit:]
+        else:
+            path, field = "/chat/completions", "content"
+            body["messages"] = [{"role": m.role, "content": m.content} for m in chat]
+        body["stream_options"] = {"include_usage": True}
+        deltas, text = Deltas(), ""
+        for event in self.client.stream(path, body, cancel):
+            if not isinstance(event, dict):
+                continue
+            if isinstance(event.get("usage"), dict):
+                self._count(*usage_of(event), 1)
+            choices = event.get("choices")
+            if not choices:
+                continue
+            first = choices[0]
+            piece = first.get("delta", {}).get(field) if field == "content" \
+                else first.get(field)
+            if isinstance(piece, str) and piece:
+                text += piece
+                out = deltas.push(text)
+                if out:
+                    yield out
 
     def _post_schema(self, path: str, body: dict[str, Any], schema: str | None
                      ) -> tuple[Reply, bool]:

@@ -10,11 +10,12 @@ from every answer.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
 MODEL = "fake-model"
 
@@ -32,6 +33,12 @@ def fake_app(tokenizer: Any, *, true_lp: float = -0.5, false_lp: float = -1.5,
     app.state.max_in_flight = 0
     app.state.top_k_entries = None  # override the top-k list (bound tests)
     app.state.no_logprobs = False
+    # Streamed chat: these pieces, one per event, ``stream_delay_s`` apart; the count sent
+    # and whether the client went away are recorded (cancel tests).
+    app.state.stream_pieces = [" Hello", ",", " wor", "ld", ".", " "]
+    app.state.stream_delay_s = 0.0
+    app.state.stream_sent = 0
+    app.state.stream_disconnected = False
 
     async def fault(path: str) -> Response | None:
         queue = app.state.faults.get(path) or []
@@ -129,6 +136,8 @@ def fake_app(tokenizer: Any, *, true_lp: float = -0.5, false_lp: float = -1.5,
             bad = await fault("/v1/chat/completions")
             if bad is not None:
                 return bad
+            if body.get("stream"):
+                return _sse(app, request, body)
             choice: dict[str, Any] = {"index": 0, "finish_reason": "stop",
                                       "message": {"role": "assistant", "content": " Hello."}}
             if body.get("logprobs"):
@@ -148,6 +157,36 @@ def fake_app(tokenizer: Any, *, true_lp: float = -0.5, false_lp: float = -1.5,
             app.state.in_flight -= 1
 
     return app
+
+
+def _sse(app: FastAPI, request: Request, body: dict[str, Any]) -> StreamingResponse:
+    app.state.stream_sent = 0
+    app.state.stream_disconnected = False
+
+    def event(delta: dict[str, Any], finish: str | None = None) -> str:
+        chunk = {"object": "chat.completion.chunk", "model": MODEL, "choices": [
+            {"index": 0, "delta": delta, "finish_reason": finish}]}
+        return f"data: {json.dumps(chunk)}\n\n"
+
+    async def events() -> Any:
+        try:
+            yield event({"role": "assistant", "content": ""})
+            for piece in app.state.stream_pieces:
+                if app.state.stream_delay_s:
+                    await asyncio.sleep(app.state.stream_delay_s)
+                app.state.stream_sent += 1
+                yield event({"content": piece})
+            yield event({}, "stop")
+            if (body.get("stream_options") or {}).get("include_usage"):
+                usage = {"prompt_tokens": 7, "completion_tokens": app.state.stream_sent,
+                         "total_tokens": 7 + app.state.stream_sent}
+                yield f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n"
+            yield "data: [DONE]\n\n"
+        except asyncio.CancelledError:
+            app.state.stream_disconnected = True
+            raise
+
+    return StreamingResponse(events(), media_type="text/event-stream")
 
 
 # Filled in by the test module from the real tokenizer (ids of " True"/"True", ...).

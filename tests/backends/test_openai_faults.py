@@ -295,3 +295,45 @@ def test_import_stays_light():
             "bad = [m for m in ('vllm', 'torch', 'transformers') if m in sys.modules]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_stream_generate_joins_to_the_stripped_text_and_counts_usage(serve):
+    import threading
+
+    app, b = serve()
+    pieces = list(b.stream_generate((Message("user", "Hi"),), GenerationParams(max_new_tokens=8),
+                                    threading.Event()))
+    # Leading and trailing whitespace go, as generate() strips them; nothing else changes.
+    assert "".join(pieces) == "Hello, world." and pieces[0] == "Hello"
+    path, body = app.state.seen[-1]
+    assert path == "/v1/chat/completions" and body["stream"] is True
+    assert b.usage()["completion_tokens"] == len(app.state.stream_pieces)
+
+
+def test_stream_generate_stops_on_cancel_and_closes_the_connection(serve):
+    import threading
+    import time
+
+    app, b = serve()
+    app.state.stream_pieces = [f" w{i}" for i in range(200)]
+    app.state.stream_delay_s = 0.01
+    cancel = threading.Event()
+    it = b.stream_generate((Message("user", "Hi"),), GenerationParams(), cancel)
+    got = [next(it), next(it)]
+    cancel.set()
+    rest = list(it)
+    assert len(got) + len(rest) <= 4  # at most the event already read after the cancel
+    deadline = time.monotonic() + 5
+    while not app.state.stream_disconnected and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert app.state.stream_disconnected and app.state.stream_sent < 50
+
+
+def test_stream_generate_errors_are_backend_errors(serve):
+    import threading
+
+    app, b = serve()
+    app.state.faults["/v1/chat/completions"] = ["500"]
+    with pytest.raises(BackendError, match=r"\(stream\) answered 500: boom"):
+        list(b.stream_generate((Message("user", "Hi"),), GenerationParams(),
+                               threading.Event()))
