@@ -437,7 +437,7 @@ class Grounder:
                 fresh.update((k, (x, self.backend.model_id, q))
                              for k, q, x in zip(keys[i], qlist, scores, strict=True))
         if self.cache is not None:
-            self.cache.misses += len(fresh)  # every question was forwarded, none looked up
+            self.cache.count_forwarded(len(fresh))
             self.cache.put_many(fresh)
         return result
 

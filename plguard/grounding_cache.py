@@ -64,8 +64,8 @@ class GroundingCache:
         self._local = threading.local()
         self._open: set[sqlite3.Connection] = set()
         self._open_lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
+        self._hits = 0
+        self._misses = 0
         con = self._con()
         con.execute("CREATE TABLE IF NOT EXISTS scores (key TEXT PRIMARY KEY, "
                     "logprob_true REAL NOT NULL, logprob_false REAL NOT NULL, "
@@ -99,9 +99,29 @@ class GroundingCache:
                     f"SELECT key, logprob_true, logprob_false, truncated FROM scores "
                     f"WHERE key IN ({marks})", chunk):
                 out[key] = TFScore(float(lt), float(lf), bool(tr))
-        self.hits += len(out)
-        self.misses += len(uniq) - len(out)
+        self._hits += len(out)
+        self._misses += len(uniq) - len(out)
         return out
+
+    @property
+    def hits(self) -> int:
+        """Distinct keys :meth:`get_many` found, summed over its calls."""
+        return self._hits
+
+    @property
+    def misses(self) -> int:
+        """Questions a backend had to score (lookups missed plus :meth:`count_forwarded`)."""
+        return self._misses
+
+    def count_forwarded(self, n: int) -> None:
+        """Count ``n`` questions scored without a lookup as misses.
+
+        The heads path forwards every question (heads read hidden states, which the cache
+        does not hold), so ``misses`` still counts the questions a backend scored.
+        """
+        if n < 0:
+            raise ValueError(f"count_forwarded needs n >= 0, got {n}")
+        self._misses += n
 
     def put_many(self, rows: Mapping[str, tuple[TFScore, str, str]]) -> None:
         """Store ``key -> (score, model, question)`` in one committed transaction."""

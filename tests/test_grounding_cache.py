@@ -52,6 +52,17 @@ def test_put_get_roundtrip_and_reopen(tmp_path):
     assert GroundingCache(tmp_path / "c.sqlite").get_many(["a"])["a"].logprob_false == -2.0
 
 
+def test_forwarded_questions_count_as_misses_through_a_method(tmp_path):
+    c = GroundingCache(tmp_path / "c.sqlite")
+    c.get_many(["a"])
+    c.count_forwarded(3)
+    assert (c.hits, c.misses) == (0, 4)
+    with pytest.raises(AttributeError):
+        c.misses = 0  # type: ignore[misc]  # counters are read-only: nobody resets them
+    with pytest.raises(ValueError, match="n >= 0"):
+        c.count_forwarded(-1)
+
+
 def test_concurrent_writers_lose_nothing(tmp_path):
     path = tmp_path / "c.sqlite"
     GroundingCache(path)

@@ -129,6 +129,24 @@ def test_prefix_heads_ask_fewer_questions(embedded_backend, minimal, tmp_path):
     assert asked == [0, 0]  # one prefix forward per scope, no question tokens
 
 
+def test_heads_path_counts_forwarded_questions_as_cache_misses(embedded_backend, minimal,
+                                                               tmp_path):
+    cfg = GroundingConfig(heads=None)
+    path = _write(tmp_path, _heads_doc(embedded_backend, minimal, cfg,
+                                       readouts=["question"] * 4))
+    g = Grounder(embedded_backend, minimal.predicates,
+                 cfg.model_copy(update={"heads": str(path), "cache": str(tmp_path / "c.sqlite")}),
+                 policy_name="minimal")
+    assert g.cache is not None
+    n = sum(1 + len(p.paraphrases) for p in minimal.predicates)
+    g.ground([("Tell me a joke.", "Why did the chicken cross the road?")])
+    assert (g.cache.hits, g.cache.misses) == (0, n)
+    # Its scores are in the cache now, yet heads read states: forwarded again, not looked up.
+    g.ground([("Tell me a joke!", "Why did the chicken cross the road?")])
+    assert (g.cache.hits, g.cache.misses) == (0, 2 * n)
+    g.close()
+
+
 def test_heads_refused_where_they_do_not_fit(embedded_backend, minimal, tmp_path):
     cfg = GroundingConfig(heads=None)
     good = _heads_doc(embedded_backend, minimal, cfg, readouts=["question"] * 4)
