@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -350,6 +350,13 @@ class VLLMBackend(TokenizerText):
             results.append(Generation(text=text, n_prompt_tokens=n_prompt[i], n_new_tokens=n,
                                       prompt_truncated=i in cut))
         return results
+
+    def stream_generate(self, chat: Chat, params: GenerationParams,
+                        cancel: threading.Event) -> Iterator[str]:
+        """Stream one completion as text deltas; cancel or close aborts the request."""
+        from plguard.backends.vllm_stream import stream_generate
+
+        return stream_generate(self, chat, params, cancel)
 
     # -- True/False scoring ----------------------------------------------------------------
 

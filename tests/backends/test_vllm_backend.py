@@ -217,3 +217,35 @@ def test_structured_outputs_hold_the_judge_and_evaluator_to_their_schema(vllm_ba
         obj = json.loads(g.text)
         assert obj["class"] in ("full_compliance", "full_refusal", "partial_refusal")
         assert isinstance(obj["over_refusal"], bool)
+
+
+@pytest.mark.slow
+def test_stream_joins_to_generate_interleaves_with_grounding_and_aborts(vllm_backend):
+    import threading
+
+    params = GenerationParams(max_new_tokens=N_NEW)
+    chat = _chat(PROMPTS[1])
+    # Through the same rendered token ids generate() sends for a cut prompt.
+    whole = vllm_backend.generate([chat], params)[0].text
+    engine = vllm_backend.llm.llm_engine
+    it = vllm_backend.stream_generate(chat, params, threading.Event())
+    pieces = [next(it)]
+    # A batched call between steps runs the engine to its own end: it must neither swallow
+    # the stream's output nor run the stream to completion.
+    req = TFRequest(prefix="<|im_start|>user\nIs the sky blue?", suffixes=(" Answer:",))
+    assert len(vllm_backend.true_false_logprobs([req])[0]) == 1
+    pieces += list(it)
+    assert "".join(pieces) == whole and len(pieces) > 3
+
+    cancel = threading.Event()
+    it = vllm_backend.stream_generate(chat, GenerationParams(max_new_tokens=400), cancel)
+    got = [next(it), next(it)]
+    cancel.set()
+    got += list(it)
+    assert len(got) <= 3 and engine.get_num_unfinished_requests() == 0  # aborted
+    it = vllm_backend.stream_generate(chat, GenerationParams(max_new_tokens=400),
+                                      threading.Event())
+    next(it)
+    it.close()  # a client gone: the iterator closed mid-stream aborts too
+    assert engine.get_num_unfinished_requests() == 0
+    assert vllm_backend.generate([chat], params)[0].text == whole
