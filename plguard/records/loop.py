@@ -9,12 +9,18 @@ The loop is written once here, so all of them resume, fail and retry alike:
   (:func:`run_safely`), so one bad item fails alone and is recorded with its error;
 * each record is appended (flushed and fsync'd) before the next chunk starts, so a
   killed run loses at most one chunk.
+
+:func:`map_into` runs the chunks here. A run whose chunks are computed elsewhere (Ray
+actors build whole records: the XSTest runner, ``plguard batch``) uses its parts:
+:func:`unfinished` and :func:`append_shards`, which writes each finished shard's records
+to their stores, in whatever order shards finish, and drops a record its store already
+holds as finished (a shard redone after an actor died adds nothing twice).
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -63,6 +69,42 @@ class MapCounts:
     errors: int = 0  # written with an error this time
 
 
+def unfinished(store: JsonlStore, items: Sequence[T], key: Callable[[T], str]
+               ) -> tuple[list[T], MapCounts]:
+    """The items ``store`` does not hold as finished (failed ones are retried), and counts."""
+    todo = [it for it in items if key(it) not in store]
+    return todo, MapCounts(skipped=len(items) - len(todo),
+                           retried=sum(key(it) in store.records for it in todo))
+
+
+def append_shards(shards: Iterable[Sequence[dict[str, Any]]],
+                  stores: Mapping[str, JsonlStore], route: Callable[[dict[str, Any]], str],
+                  counts: Mapping[str, MapCounts], *, total: int, desc: str,
+                  unit: str = "rec", progress: bool = True,
+                  on_append: Callable[[dict[str, Any]], None] | None = None) -> None:
+    """Append every record of each finished shard to ``stores[route(record)]``.
+
+    Only this loop writes, so a run's files look the same however its shards were
+    computed. ``counts`` (same keys as ``stores``) gets each write and error;
+    ``on_append`` sees each written record.
+    """
+    from tqdm import tqdm
+
+    with tqdm(total=total, desc=desc, unit=unit, disable=not progress or not total,
+              file=sys.stderr, dynamic_ncols=True) as bar:
+        for records in shards:
+            for rec in records:
+                k = route(rec)
+                if str(rec["id"]) in stores[k]:
+                    continue  # a shard redone after an actor died: the first copy stands
+                stores[k].append(rec)
+                counts[k].written += 1
+                counts[k].errors += is_error(rec)
+                if on_append is not None:
+                    on_append(rec)
+            bar.update(len(records))
+
+
 def map_into(store: JsonlStore, items: Sequence[T], key: Callable[[T], str],
              fn: Callable[[Sequence[T]], Sequence[U]],
              record: Callable[[T, U | BaseException], dict[str, Any]], *, chunk: int,
@@ -72,23 +114,15 @@ def map_into(store: JsonlStore, items: Sequence[T], key: Callable[[T], str],
     ``record(item, result_or_exception)`` builds the stored record (its ``id`` must be
     ``key(item)``; an exception's record carries an ``error``).
     """
-    from tqdm import tqdm
-
-    todo = [it for it in items if key(it) not in store]
-    counts = MapCounts(skipped=len(items) - len(todo),
-                       retried=sum(key(it) in store.records for it in todo))
+    todo, counts = unfinished(store, items, key)
     size = max(1, chunk)
-    with tqdm(total=len(todo), desc=desc, unit=unit, disable=not progress or not todo,
-              file=sys.stderr, dynamic_ncols=True) as bar:
-        for start in range(0, len(todo), size):
-            part = todo[start:start + size]
-            for it, out in zip(part, run_safely(fn, part), strict=True):
-                rec = record(it, out)
-                store.append(rec)
-                counts.written += 1
-                counts.errors += is_error(rec)
-            bar.update(len(part))
+    # A generator: each chunk runs only once the previous one's records are written.
+    shards = ([record(it, out) for it, out in zip(part, run_safely(fn, part), strict=True)]
+              for part in (todo[i:i + size] for i in range(0, len(todo), size)))
+    append_shards(shards, {"": store}, lambda _: "", {"": counts}, total=len(todo),
+                  desc=desc, unit=unit, progress=progress)
     return counts
 
 
-__all__ = ["MapCounts", "error_text", "map_into", "run_safely"]
+__all__ = ["MapCounts", "append_shards", "error_text", "map_into", "run_safely",
+           "unfinished"]

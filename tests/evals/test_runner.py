@@ -298,3 +298,55 @@ def test_map_into_isolates_a_failing_item_and_retries_it_on_resume(tmp_path):
     n = map_into(again, items, str, fn, record, chunk=2, desc="t", progress=False)
     assert (n.written, n.errors, n.skipped, n.retried) == (1, 0, 4, 1)
     assert [r["out"] for r in read_jsonl(tmp_path / "m.jsonl")] == list("ABCDE")
+
+
+def test_ray_shards_are_written_once_and_failed_records_retried(tmp_path, six_prompts,
+                                                                monkeypatch):
+    """Shards as Ray returns them: out of order, one redone after its actor died."""
+    from plguard import scale
+    from plguard.scale import RayOptions
+
+    bad, state = six_prompts[1].prompt, {"fail": True}
+
+    def reply(chat):
+        if chat[-1].content == bad and state["fail"]:
+            raise RuntimeError("transient backend error")
+        return scripted_reply(chat)
+
+    guard, backend = make_guard(reply)
+    # The actors' workers, built by their real factories, over the scripted models.
+    monkeypatch.setattr("plguard.guard.Guard", lambda cfg: guard)
+    monkeypatch.setattr("plguard.backends.load_backend", lambda cfg: backend)
+    shipped = []
+
+    def fake_ray(factory, config, payloads, opts):
+        work = scale.build_worker(factory, config)
+        done = [work(json.loads(json.dumps(p))) for p in payloads]
+        shipped.append(len(done))
+        yield from reversed(done)
+        yield done[0]  # its actor died after finishing: Ray redoes the shard
+
+    monkeypatch.setattr(scale, "run_shards_ray", fake_ray)
+
+    def run():
+        return XSTestRun(guard.config, tmp_path, guard=guard, prompts=six_prompts,
+                         progress=False, ray=RayOptions()).run()
+
+    s = run()
+    assert shipped == [3, 4]  # 6 prompts 2 a shard, then one scoring shard per method
+    assert s.written == {m: 6 for m in METHODS}
+    assert s.errors == {"base": 1, "policy_prompting": 0, "llm_judge": 1, "plguard": 1}
+    for m in METHODS:  # the redone shard added no line
+        assert len((tmp_path / f"{m}.jsonl").read_text().splitlines()) == 6
+    assert s.scored["base"] == 5
+    state["fail"] = False  # the backend is back: only what failed runs again
+    s = run()
+    assert s.written == {"base": 1, "policy_prompting": 0, "llm_judge": 1, "plguard": 1}
+    assert s.skipped == {"base": 5, "policy_prompting": 6, "llm_judge": 5, "plguard": 5}
+    assert s.errors == {m: 0 for m in METHODS}
+    assert s.scored == {"base": 1, "policy_prompting": 0, "llm_judge": 1, "plguard": 1}
+    for m in METHODS:
+        recs = read_jsonl(tmp_path / f"{m}.jsonl")
+        assert len(recs) == 6 and all(r["error"] is None for r in recs)
+        sem = read_jsonl(tmp_path / "semantic" / f"{m}.jsonl")
+        assert sorted(r["id"] for r in sem) == sorted(p.id for p in six_prompts)

@@ -11,7 +11,8 @@ Every pair is guarded clean and under each attack with ``Guard.batch(requests,
 responses=...)`` and ``repair.max_rounds = 0``: no text is generated, only grounding,
 reasoning and the decision run. Work goes pair by pair, so a batch shares its request and
 request-scope scores are computed once. Records are fsync'd one by one; a rerun skips
-finished ids, so a killed run resumes where it stopped.
+finished ids and retries failed ones (the shared loop, :mod:`plguard.records.loop`), so
+a killed run resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -22,13 +23,13 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from plguard.config import GuardConfig
 from plguard.errors import ConfigError
 from plguard.evals.attacks.suite import Pair, Suite, load_suite
 from plguard.evals.attacks.transforms import ATTACKS, Attacked, Context, check_attacks
-from plguard.records.loop import error_text, run_safely
+from plguard.records.loop import error_text, map_into
 from plguard.records.store import (
     JsonlStore,
     check_same_config,
@@ -48,6 +49,8 @@ if TYPE_CHECKING:
 # Bump when a transform's output changes: records made by another version are not comparable.
 ATTACKS_VERSION = "a1"
 TEXT_LIMIT = 6000  # attacked texts up to this many characters are stored in the record
+# One (pair, attack) guarded: its texts and result, or the transform's error and None.
+Guarded = tuple["Attacked | BaseException", "GuardResult | None"]
 
 
 @dataclass
@@ -221,41 +224,48 @@ class AttackRun:
         return self.summary
 
     def _guard_all(self, store: JsonlStore) -> None:
-        from tqdm import tqdm
-
-        todo = [(p, a) for p in self.pairs for a in self.attacks if f"{p.id}/{a}" not in store]
-        self.summary.skipped = len(self.pairs) * len(self.attacks) - len(todo)
-        if not todo:
-            return
         guard = self.guard
         backend = guard.grounder_backend
         ctx = Context(count_tokens=backend.count_tokens, filler=self.suite.filler)
-        bs = self.config.generator.batch_size
-        with tqdm(total=len(todo), desc="attacks", unit="rec", disable=not self.progress,
-                  dynamic_ncols=True, file=sys.stderr) as bar:
-            for start in range(0, len(todo), bs):
-                chunk = todo[start:start + bs]
-                built: list[tuple[Pair, str, Attacked | BaseException]] = []
-                for p, a in chunk:
-                    try:
-                        built.append((p, a, ATTACKS[a](p, ctx)))
-                    except Exception as exc:  # a broken transform fails its record only
-                        built.append((p, a, exc))
-                ok = [b for b in built if isinstance(b[2], Attacked)]
-                texts = [b[2] for b in ok if isinstance(b[2], Attacked)]
-                outs = iter(run_safely(lambda ts: guard.batch(
-                    [t.request for t in ts], responses=[t.response for t in ts]), texts)
-                    if texts else [])
-                for p, a, t in built:
-                    if isinstance(t, Attacked):
-                        rec = record(p, a, t, next(outs), (backend.count_tokens(t.request),
-                                                           backend.count_tokens(t.response)))
-                    else:
-                        rec = record(p, a, None, t, None)
-                    store.append(rec)
-                    self.summary.written += 1
-                    self.summary.errors += rec["error"] is not None
-                    bar.update(1)
+
+        def attacked(p: Pair, a: str) -> Attacked | BaseException:
+            try:
+                return ATTACKS[a](p, ctx)
+            except Exception as exc:  # a broken transform fails its record only
+                return exc
+
+        def guard_chunk(chunk: Sequence[tuple[Pair, str]]) -> list[Guarded]:
+            built = [attacked(p, a) for p, a in chunk]
+            texts = [t for t in built if isinstance(t, Attacked)]
+            outs = iter(guard.batch([t.request for t in texts],
+                                    responses=[t.response for t in texts]) if texts else [])
+            return [(t, next(outs)) if isinstance(t, Attacked) else (t, None) for t in built]
+
+        def make_record(item: tuple[Pair, str], out: Guarded | BaseException
+                        ) -> dict[str, Any]:
+            p, a = item
+            if isinstance(out, BaseException):
+                # Guarding failed: transforms are pure, so this rebuilds the guarded texts.
+                t = attacked(p, a)
+                if not isinstance(t, Attacked):
+                    return record(p, a, None, out, None)
+                return record(p, a, t, out, _tokens(backend, t))
+            texts, res = out
+            if isinstance(texts, Attacked) and res is not None:
+                return record(p, a, texts, res, _tokens(backend, texts))
+            return record(p, a, None, cast(BaseException, texts), None)  # transform raised
+
+        counts = map_into(store, [(p, a) for p in self.pairs for a in self.attacks],
+                          lambda it: f"{it[0].id}/{it[1]}", guard_chunk, make_record,
+                          chunk=self.config.generator.batch_size, desc="attacks",
+                          progress=self.progress)
+        self.summary.skipped = counts.skipped
+        self.summary.written += counts.written
+        self.summary.errors += counts.errors
+
+
+def _tokens(backend: Any, t: Attacked) -> tuple[int, int]:
+    return backend.count_tokens(t.request), backend.count_tokens(t.response)
 
 
 def run_attacks(config: GuardConfig, out_dir: str | Path, **kwargs: Any) -> AttackSummary:

@@ -7,17 +7,19 @@ Layout of a run folder::
     semantic/<method>.jsonl    the semantic evaluator's verdict per record
 
 Prompts are processed in batches of ``generator.batch_size``; for each batch every method
-runs on its unfinished ids and each record is fsync'd as soon as it exists. The base
+runs on its unfinished ids and the batch's records are fsync'd once it is done. The base
 drafts live in ``base.jsonl`` and are reused by ``llm_judge`` and ``plguard``, also across
 reruns. An exception on a batch is retried example by example; an example that still
-fails is recorded with its error and counted, and the run goes on.
+fails is recorded with its error and counted, and the run goes on (a rerun retries it).
+The loop is the shared one (:mod:`plguard.records.loop`), whether shards run here or on
+Ray actors.
 """
 
 from __future__ import annotations
 
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,11 +31,11 @@ from plguard.evals.xstest.scorers import SemanticEvaluator
 from plguard.evals.xstest.shards import (
     build_methods,
     generate_payload,
-    run_chunk,
     score_rows,
+    shard_records,
 )
 from plguard.labels.xstest import XSTestPrompt, data_dir, load_prompts
-from plguard.records.loop import error_text
+from plguard.records.loop import MapCounts, append_shards, error_text, unfinished
 from plguard.records.store import (
     JsonlStore,
     check_scoped_configs,
@@ -286,22 +288,13 @@ class XSTestRun:
                 raise
             return None  # plguard is not run now: its file need not be readable here
 
-    def _bar(self, total: int, desc: str) -> Any:
-        from tqdm import tqdm
-
-        return tqdm(total=total, desc=desc, unit="rec", disable=not self.progress,
-                    dynamic_ncols=True, file=sys.stderr)
-
     def _generate(self, stores: dict[str, JsonlStore]) -> None:
-        pending = {m: {p.id for p in self.prompts if p.id not in stores[m]}
-                   for m in self.methods}
+        pending: dict[str, set[str]] = {}
+        counts: dict[str, MapCounts] = {}
         for m in self.methods:
-            self.summary.skipped[m] = len(self.prompts) - len(pending[m])
-            self.summary.written.setdefault(m, 0)
-            self.summary.errors.setdefault(m, 0)
+            todo, counts[m] = unfinished(stores[m], self.prompts, lambda p: p.id)
+            pending[m] = {p.id for p in todo}
         total = sum(len(v) for v in pending.values())
-        if total == 0:
-            return
         bs = self.config.generator.batch_size
         # Batches are cut from the unfinished prompts only, so a resumed run still fills
         # whole batches; the type-interleaved order keeps a partial run a balanced sample.
@@ -309,66 +302,60 @@ class XSTestRun:
                  if any(p.id in pending[m] for m in self.methods)]
         chunks = [order[i:i + bs] for i in range(0, len(order), bs)]
         drafts = stores["base"].records if "base" in stores else {}
-        with self._bar(total, "xstest") as bar:
-            def emit(m: str, rec: dict[str, Any]) -> None:
-                self._store(stores[m], rec)
-                bar.update(1)
+        shards: Iterable[Sequence[dict[str, Any]]]
+        if not chunks:
+            shards = ()
+        elif self.ray is not None:
+            from plguard.scale import run_shards_ray
 
-            if self.ray is not None:
-                from plguard.scale import run_shards_ray
-
-                payloads = [generate_payload(self.methods, c, pending, drafts) for c in chunks]
-                for recs in run_shards_ray(GENERATE_FACTORY, self.config, payloads, self.ray):
-                    for rec in recs:
-                        emit(str(rec["method"]), rec)
-                return
+            payloads = [generate_payload(self.methods, c, pending, drafts) for c in chunks]
+            shards = run_shards_ray(GENERATE_FACTORY, self.config, payloads, self.ray)
+        else:
             methods = build_methods(self.config, self.guard)
-            for chunk in chunks:
-                run_chunk(methods, self.methods, chunk, pending, drafts, emit)
-
-    def _store(self, store: JsonlStore, rec: dict[str, Any]) -> None:
-        m = str(rec["method"])
-        if rec["id"] in store:
-            return  # a shard redone after a worker died: the first copy stands
-        store.append(rec)
-        self.summary.written[m] = self.summary.written.get(m, 0) + 1
-        if rec.get("error") is not None:
-            self.summary.errors[m] = self.summary.errors.get(m, 0) + 1
+            # A generator: each shard sees the base drafts of the shards written before it.
+            shards = (shard_records(methods, self.methods, c, pending, drafts) for c in chunks)
+        append_shards(shards, stores, lambda r: str(r["method"]), counts, total=total,
+                      desc="xstest", progress=self.progress)
+        for m, c in counts.items():
+            self.summary.skipped[m] = c.skipped
+            self.summary.written[m] = self.summary.written.get(m, 0) + c.written
+            self.summary.errors[m] = self.summary.errors.get(m, 0) + c.errors
 
     # -- semantic scoring -------------------------------------------------------------------
     def _score_semantic(self, stores: dict[str, JsonlStore]) -> None:
         sem = {m: JsonlStore(self.out / "semantic" / f"{m}.jsonl") for m in self.methods}
         ids = {p.id for p in self.prompts}
-        todo = {m: [r for r in stores[m] if r["id"] in ids and r["id"] not in sem[m]
-                    and r.get("response") is not None] for m in self.methods}
-        total = sum(len(v) for v in todo.values())
+        todo: dict[str, list[dict[str, Any]]] = {}
+        counts: dict[str, MapCounts] = {}
         for m in self.methods:
+            rows = [r for r in stores[m] if r["id"] in ids and r.get("response") is not None]
+            todo[m], counts[m] = unfinished(sem[m], rows, lambda r: str(r["id"]))
             self.summary.scored.setdefault(m, 0)
             self.summary.unparsed[m] = sum(1 for r in sem[m] if not r.get("parsed"))
-        if total == 0:
-            return
         bs = self.config.eval.evaluator_batch_size
         chunks = [todo[m][i:i + bs] for m in self.methods for i in range(0, len(todo[m]), bs)]
-        with self._bar(total, "semantic") as bar:
-            if self.ray is not None:
-                from plguard.scale import run_shards_ray
+        shards: Iterable[Sequence[dict[str, Any]]]
+        if not chunks:
+            shards = ()
+        elif self.ray is not None:
+            from plguard.scale import run_shards_ray
 
-                payloads = [[{k: r[k] for k in ("id", "method", "type", "label", "prompt",
-                                                "response")} for r in c] for c in chunks]
-                results = run_shards_ray(SEMANTIC_FACTORY, self.config, payloads, self.ray)
-            else:
-                ev = SemanticEvaluator.from_config(self.evaluator_backend(), self.config)
-                results = (score_rows(ev, c) for c in chunks)
-            for recs in results:
-                for v in recs:
-                    m = str(v["method"])
-                    if v["id"] in sem[m]:
-                        continue  # a shard redone after a worker died
-                    sem[m].append(v)
-                    self.summary.scored[m] += 1
-                    if not v.get("parsed"):
-                        self.summary.unparsed[m] += 1
-                bar.update(len(recs))
+            payloads = [[{k: r[k] for k in ("id", "method", "type", "label", "prompt",
+                                            "response")} for r in c] for c in chunks]
+            shards = run_shards_ray(SEMANTIC_FACTORY, self.config, payloads, self.ray)
+        else:
+            ev = SemanticEvaluator.from_config(self.evaluator_backend(), self.config)
+            shards = (score_rows(ev, c) for c in chunks)
+
+        def on_append(v: dict[str, Any]) -> None:
+            m = str(v["method"])
+            self.summary.scored[m] += 1
+            if not v.get("parsed"):
+                self.summary.unparsed[m] += 1
+
+        append_shards(shards, sem, lambda r: str(r["method"]), counts,
+                      total=sum(len(v) for v in todo.values()), desc="semantic",
+                      progress=self.progress, on_append=on_append)
 
 
 def interleave_by_type(prompts: Sequence[XSTestPrompt]) -> list[XSTestPrompt]:

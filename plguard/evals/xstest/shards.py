@@ -45,7 +45,7 @@ def run_chunk(methods: Methods, wanted: list[str], chunk: list[XSTestPrompt],
     """Run every method of ``wanted`` on its ``pending`` ids of ``chunk``, emitting records.
 
     ``drafts`` maps ids to base records; it must see base records as they are emitted
-    (the runner passes its base store's live index), since judge and plguard reuse them.
+    (:func:`shard_records` adds them), since judge and plguard reuse them.
     """
     for m in wanted:
         pend = [p for p in chunk if p.id in pending.get(m, set())]
@@ -81,6 +81,27 @@ def _run_method(methods: Methods, m: str, pend: list[XSTestPrompt],
         emit(m, method_record(m, p, o))
 
 
+def shard_records(methods: Methods, wanted: list[str], chunk: list[XSTestPrompt],
+                  pending: Mapping[str, set[str]], drafts: Mapping[str, dict[str, Any]]
+                  ) -> list[dict[str, Any]]:
+    """Every record of one shard (:func:`run_chunk`), collected for the runner to write.
+
+    The shard's own base records serve its judge and plguard: they are added to a copy of
+    ``drafts``, since the runner writes them only once the whole shard is done.
+    """
+    ids = {p.id for p in chunk}
+    live = {i: drafts[i] for i in ids if i in drafts}
+    out: list[dict[str, Any]] = []
+
+    def emit(m: str, rec: dict[str, Any]) -> None:
+        out.append(rec)
+        if m == "base":
+            live[rec["id"]] = rec
+
+    run_chunk(methods, wanted, chunk, pending, live, emit)
+    return out
+
+
 def build_methods(config: GuardConfig, guard: Any) -> Methods:
     """The four methods over a Guard's generator, with the config's judge budget."""
     return Methods(guard.generator, guard.policy.text, guard.params,
@@ -98,16 +119,8 @@ def make_generate_worker(config: GuardConfig) -> Callable[[dict[str, Any]], list
     def work(payload: dict[str, Any]) -> list[dict[str, Any]]:
         chunk = [XSTestPrompt(**p) for p in payload["prompts"]]
         pending = {m: set(ids) for m, ids in payload["pending"].items()}
-        drafts: dict[str, dict[str, Any]] = dict(payload["drafts"])
-        out: list[dict[str, Any]] = []
-
-        def emit(m: str, rec: dict[str, Any]) -> None:
-            out.append(rec)
-            if m == "base":
-                drafts[rec["id"]] = rec
-
-        run_chunk(methods, list(payload["wanted"]), chunk, pending, drafts, emit)
-        return out
+        return shard_records(methods, list(payload["wanted"]), chunk, pending,
+                             payload["drafts"])
 
     return work
 
@@ -155,4 +168,4 @@ def make_semantic_worker(config: GuardConfig) -> Callable[[list[dict[str, Any]]]
 
 __all__ = ["build_methods", "generate_payload", "make_generate_worker",
            "make_semantic_worker", "method_record", "run_chunk", "score_rows",
-           "semantic_record"]
+           "semantic_record", "shard_records"]

@@ -191,6 +191,42 @@ def test_a_failing_pair_is_recorded_and_the_run_goes_on(tmp_path):
         tmp_path / "attacks.md").read_text()
 
 
+def test_failed_records_keep_their_texts_and_are_retried_on_resume(tmp_path, monkeypatch):
+    state = {"down": True}
+
+    def p_flaky(prefix, suffix):
+        if "Answer: False" in prefix and state["down"]:
+            raise RuntimeError("grounder down")
+        return p_true(prefix, suffix)
+
+    import dataclasses
+
+    from plguard.evals.attacks import transforms
+
+    def broken(pair, ctx):
+        raise ValueError("transform bug")
+
+    # A transform that raises fails its own records; guarding goes on for the rest.
+    monkeypatch.setitem(transforms.ATTACKS, "fmt_code",
+                        dataclasses.replace(transforms.ATTACKS["fmt_code"], transform=broken))
+    s = _run(tmp_path, ScriptedBackend(lambda c: "", p_flaky), limit=2)
+    assert (s.written, s.errors, s.skipped) == (10, 4, 0)
+    recs = _by_id(tmp_path)
+    failed = recs["h01/answer_false"]
+    # a guard failure keeps the attacked texts and token counts beside its error
+    assert "grounder down" in failed["error"] and failed["request_sha"] and failed["tokens"]
+    assert "transform bug" in recs["h01/fmt_code"]["error"]
+    assert "request_sha" not in recs["h01/fmt_code"]
+    assert recs["h01/clean"]["error"] is None and recs["h01/pad_1k"]["error"] is None
+    state["down"] = False
+    monkeypatch.undo()
+    s = _run(tmp_path, ScriptedBackend(lambda c: "", p_flaky), limit=2)
+    assert (s.written, s.errors, s.skipped) == (4, 0, 6)  # only the failed ones again
+    # the retries are appended (the file keeps what failed); readers see the retries
+    assert len((tmp_path / "records.jsonl").read_text().splitlines()) == 14
+    assert all(r["error"] is None for r in _by_id(tmp_path).values())
+
+
 def test_resume_refuses_another_config_or_suite(tmp_path):
     _run(tmp_path, limit=2, attacks=["clean"])
     other = AttackRun(_cfg(thresholds={"unsafe": 0.3}), tmp_path, generator=_backend(),
