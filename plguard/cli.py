@@ -11,7 +11,7 @@ from typing import Any
 
 from plguard.config import NULL, GuardConfig, ModelConfig
 from plguard.errors import PlguardError
-from plguard.types import GuardResult
+from plguard.types import Decision, GuardResult
 
 
 def positive_int(value: str) -> int:
@@ -62,8 +62,40 @@ def config_from_args(args: argparse.Namespace) -> GuardConfig:
     return GuardConfig.from_dict({}, **overrides)
 
 
+def trace_dict(result: GuardResult) -> dict[str, Any]:
+    """The trace as JSON-ready data: the GuardResult, each decision with its Llama Guard form."""
+    out = dataclasses.asdict(result)
+    out["decision"]["llama_guard"] = result.decision.llama_guard
+    for rnd, r in zip(out["repairs"], result.repairs, strict=True):
+        rnd["decision"]["llama_guard"] = r.decision.llama_guard
+    return out
+
+
 def _trace_json(result: GuardResult) -> str:
-    return json.dumps(dataclasses.asdict(result), indent=2, ensure_ascii=False)
+    return json.dumps(trace_dict(result), indent=2, ensure_ascii=False)
+
+
+def _print_result(result: GuardResult, fmt: str) -> None:
+    if fmt == "json":
+        print(_trace_json(result))
+    elif fmt == "llama-guard":
+        print(result.decision.llama_guard)
+    else:
+        print(render_result(result))
+
+
+def render_categories(d: Decision) -> list[str]:
+    """The per-category lines of a decision (none for a policy without categories)."""
+    from plguard.categories import NAMES
+
+    if not d.category_scores:
+        return []
+    width = max(len(f"{c} {NAMES[c]}") for c in d.category_scores)
+    lines = ["categories at the unsafe threshold: " + (",".join(d.categories) or "none")]
+    for code, p in d.category_scores.items():
+        mark = "  *" if code in d.categories else ""
+        lines.append(f"  {code + ' ' + NAMES[code]:<{width}}  {p:.3f}{mark}")
+    return lines
 
 
 def render_result(result: GuardResult) -> str:
@@ -75,7 +107,9 @@ def render_result(result: GuardResult) -> str:
              f"strongest unsafe rule:       {d.strongest_unsafe[0] or '-'} = "
              f"{d.strongest_unsafe[1]:.3f}",
              f"strongest over-refusal rule: {d.strongest_over_refusal[0] or '-'} = "
-             f"{d.strongest_over_refusal[1]:.3f}", "", "predicate probabilities:"]
+             f"{d.strongest_over_refusal[1]:.3f}",
+             "llama guard: " + d.llama_guard.replace("\n", " "), *render_categories(d), "",
+             "predicate probabilities:"]
     width = max((len(s.name) for s in result.grounding.scores), default=10)
     for s in result.grounding.scores:
         bar = "#" * round(s.p_true * 20)
@@ -94,7 +128,7 @@ def _cmd_guard(args: argparse.Namespace) -> int:
 
     guard = Guard(config_from_args(args))
     result = guard.chat(args.prompt)
-    print(_trace_json(result) if args.json else render_result(result))
+    _print_result(result, "json" if args.json else args.format)
     return 0
 
 
@@ -103,7 +137,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
     guard = Guard(config_from_args(args))
     result = guard.check(args.prompt, args.response)
-    print(_trace_json(result) if args.json else render_result(result))
+    _print_result(result, "json" if args.json else args.format)
     return 0
 
 
@@ -130,6 +164,16 @@ def _print_fields(model: type[Any], values: dict[str, Any], prefix: str) -> None
             print(f"{prefix}{name} = {value!r}    # {field.description or ''}")
 
 
+def _add_format(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--format", choices=FORMATS, default="text",
+                   help="text (for people), json (the full trace, as --json) or llama-guard "
+                   "(Llama Guard's verdict: 'safe', or 'unsafe' and a line of category "
+                   "codes such as S1,S10).")
+
+
+FORMATS = ("text", "json", "llama-guard")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every command."""
     parser = argparse.ArgumentParser(
@@ -139,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("guard", help="Draft an answer to PROMPT and guard it.")
     p.add_argument("prompt")
     p.add_argument("--json", action="store_true", help="Print the full trace as JSON.")
+    _add_format(p)
     add_config_options(p)
     p.set_defaults(func=_cmd_guard)
 
@@ -146,6 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt", required=True)
     p.add_argument("--response", required=True)
     p.add_argument("--json", action="store_true", help="Print the full trace as JSON.")
+    _add_format(p)
     add_config_options(p)
     p.set_defaults(func=_cmd_check)
 

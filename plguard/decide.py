@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from plguard.categories import categories_at, category_scores
 from plguard.config import Thresholds
 from plguard.types import Decision, PolicyResult
 
@@ -21,6 +22,7 @@ def decide(
     unsafe_rules: Sequence[str],
     over_refusal_rules: Sequence[str],
     thresholds: Thresholds,
+    categories: Mapping[str, Sequence[str]] | None = None,
 ) -> Decision:
     """Compare the strongest unsafe and over-refusal rules with their thresholds.
 
@@ -30,21 +32,26 @@ def decide(
     failure, so an answer that is both risky and over-refusing becomes a refusal. An
     over-refusal threshold of None never rewrites: a calibration sets it where rewrites
     would unlock more unsafe prompts than they would fix over-refusals.
+
+    ``categories`` (unsafe rule -> hazard codes, a policy's ``categories``) gives the
+    decision its per-category scores and the codes at or above the unsafe threshold.
     """
     unsafe = strongest(result.probs, unsafe_rules)
     over = strongest(result.probs, over_refusal_rules)
+    scores = category_scores(result.probs, categories or {})
+    cats = categories_at(scores, thresholds.unsafe)
     if unsafe[0] and unsafe[1] >= thresholds.unsafe:
         return Decision(
             "refuse", unsafe, over,
             f"unsafe rule {unsafe[0]} = {unsafe[1]:.3f} >= unsafe threshold "
-            f"{thresholds.unsafe:.2f}: refuse or rewrite safely",
+            f"{thresholds.unsafe:.2f}: refuse or rewrite safely", cats, scores,
         )
     if over[0] and over[1] >= thresholds.over_refusal_at:  # never, when it is off
         return Decision(
             "rewrite", unsafe, over,
             f"over-refusal rule {over[0]} = {over[1]:.3f} >= over-refusal threshold "
             f"{thresholds.over_refusal_at:.2f} (strongest unsafe {unsafe[0] or '-'} = "
-            f"{unsafe[1]:.3f} below {thresholds.unsafe:.2f}): rewrite helpfully",
+            f"{unsafe[1]:.3f} below {thresholds.unsafe:.2f}): rewrite helpfully", cats, scores,
         )
     t_over = thresholds.over_refusal
     below = f"< {t_over:.2f}" if t_over is not None else "(over-refusal threshold off)"
@@ -52,5 +59,5 @@ def decide(
         "allow", unsafe, over,
         f"no rule at threshold: strongest unsafe {unsafe[0] or '-'} = {unsafe[1]:.3f} "
         f"< {thresholds.unsafe:.2f}, strongest over-refusal {over[0] or '-'} = "
-        f"{over[1]:.3f} {below}",
+        f"{over[1]:.3f} {below}", cats, scores,
     )

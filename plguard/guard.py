@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from plguard.calibration import Calibration
     from plguard.grounding import Grounder
     from plguard.policy import Policy
+    from plguard.streaming import DraftSource, GuardedStream, StreamEvent, StreamMode
 
 T = TypeVar("T")
 
@@ -109,6 +111,9 @@ class Guard:
             grounder = self.generator if same else owned[-1]
         self._owned = owned
         self._closed = False
+        # Streams ground from worker threads; the grounder (its memo, its cache) is used by
+        # one step at a time.
+        self._stream_lock = threading.RLock()
         self.grounder_backend = grounder
         self.grounder: Grounder = Grounder(grounder, self.policy.predicates, self.config.grounding,
                                            policy_name=self.policy.name)
@@ -165,6 +170,59 @@ class Guard:
     def generate(self, messages: Any) -> str:
         """The guarded final answer only."""
         return self.chat(messages).final
+
+    def stream(self, messages: Any, *, mode: StreamMode | None = None,
+               params: GenerationParams | None = None,
+               source: DraftSource | None = None) -> Iterator[StreamEvent]:
+        """Draft an answer to ``messages`` and stream it guarded (plguard.streaming).
+
+        Yields :class:`~plguard.streaming.StreamChunk` records, whose texts concatenate to
+        what the client is sent, then one :class:`~plguard.streaming.StreamEnd` with the
+        full trace. ``mode``: ``buffered`` (text released only after its window is allowed)
+        or ``audit`` (sent first, checked after); default ``stream.mode``. ``source``
+        (``source(cancel) -> Iterator[str]``) drafts instead of the generator, e.g. an
+        upstream server's stream. Closing the iterator early cancels generation.
+        """
+        return self._stream(messages, mode, params, source).events()
+
+    def astream(self, messages: Any, *, mode: StreamMode | None = None,
+                params: GenerationParams | None = None,
+                source: DraftSource | None = None) -> AsyncGenerator[StreamEvent, None]:
+        """:meth:`stream` for asyncio (run in a thread); ``aclose`` cancels generation."""
+        from plguard.streaming import astream
+
+        return astream(self._stream(messages, mode, params, source))
+
+    def _judge(self, request: str, answer: str, timings: dict[str, float]
+               ) -> tuple[Grounding, PolicyResult, Decision]:
+        """One answer grounded, reasoned and decided as :meth:`check` does (for streams).
+
+        Its phases' times are added to ``timings``.
+        """
+        clock = _Clock(1, self._usage)
+        gs, rs, ds = self._assess(clock, [0], [request], [answer])
+        _add_times(timings, clock.per_example[0])
+        return gs[0], rs[0], ds[0]
+
+    def _repaired(self, request: str, answer: str, decision: Decision, result: PolicyResult,
+                  params: GenerationParams, timings: dict[str, float]
+                  ) -> tuple[str, tuple[RepairRound, ...], bool]:
+        """The repair loop on one answer: final text, rounds, whether the fallback was used."""
+        clock = _Clock(1, self._usage)
+        track = self._repair_loop(_RepairJob(clock, params, [request]), [answer], [decision],
+                                  [result])[0]
+        _add_times(timings, clock.per_example[0])
+        return track.final, tuple(track.rounds), track.fallback
+
+    def _stream(self, messages: Any, mode: StreamMode | None,
+                params: GenerationParams | None, source: DraftSource | None) -> GuardedStream:
+        from plguard.errors import InputError
+        from plguard.streaming import GuardedStream
+
+        if mode not in (None, "buffered", "audit"):
+            raise InputError(f"mode: expected 'buffered' or 'audit', got {mode!r}")
+        chat = to_chat(messages, "messages")
+        return GuardedStream(self, chat, params or self.params, mode, source)
 
     def check(self, messages: Any, response: str) -> GuardResult:
         """Guard an existing ``response`` to ``messages`` (no draft is generated)."""
@@ -231,27 +289,25 @@ class Guard:
 
     def _decide(self, result: PolicyResult, grounding: Grounding) -> Decision:
         d = decide(result, self.policy.unsafe_rules, self.policy.over_refusal_rules,
-                   self.thresholds)
+                   self.thresholds, self.policy.categories)
         if grounding.screen:
             kinds = ", ".join(dict.fromkeys(f.kind for f in grounding.screen))
             if self.config.grounding.screen == "refuse":
-                return Decision("refuse", d.strongest_unsafe, d.strongest_over_refusal,
-                                f"text addressed to the guard ({kinds}) in the data "
-                                "(grounding.screen = refuse): refuse")
-            d = Decision(d.action, d.strongest_unsafe, d.strongest_over_refusal,
-                         f"{d.reason} [text addressed to the guard ({kinds}) was removed "
-                         "before grounding]")
+                return replace(d, action="refuse",
+                               reason=f"text addressed to the guard ({kinds}) in the data "
+                               "(grounding.screen = refuse): refuse")
+            d = replace(d, reason=f"{d.reason} [text addressed to the guard ({kinds}) was "
+                        "removed before grounding]")
         if not any(s.unseen for s in grounding.scores):
             return d
         # Windowing is off and the response did not fit: its middle was never read.
         if self.config.grounding.unseen == "refuse":
-            return Decision("refuse", d.strongest_unsafe, d.strongest_over_refusal,
-                            "the response is longer than grounding.max_data_tokens and "
-                            "windowing is off, so its middle was not read (grounding.unseen "
-                            "= refuse): refuse")
-        return Decision(d.action, d.strongest_unsafe, d.strongest_over_refusal,
-                        d.reason + " [response cut to fit: its unseen middle was scored at "
-                        "each predicate's prior]")
+            return replace(d, action="refuse",
+                           reason="the response is longer than grounding.max_data_tokens and "
+                           "windowing is off, so its middle was not read (grounding.unseen "
+                           "= refuse): refuse")
+        return replace(d, reason=d.reason + " [response cut to fit: its unseen middle was "
+                       "scored at each predicate's prior]")
 
     def _repair_loop(self, job: _RepairJob, drafts: list[str], decisions: list[Decision],
                      results: list[PolicyResult]) -> list[_Track]:
@@ -328,6 +384,11 @@ def effective_thresholds(config: GuardConfig, cal: Calibration | None) -> Thresh
     if cal is None or not th.from_calibration or not cal.thresholds:
         return th
     return th.model_copy(update=dict(cal.thresholds))
+
+def _add_times(into: dict[str, float], spent: dict[str, float]) -> None:
+    for k, v in spent.items():
+        into[k] = into.get(k, 0.0) + v
+
 
 def _summed(usages: list[Usage]) -> Usage:
     def total() -> dict[str, int]:

@@ -86,6 +86,11 @@ class TFRequest:
     # None: all in one). Backends that batch suffixes themselves (transformers) honour it;
     # vLLM and servers schedule their own batches.
     batch_size: int | None = None
+    # Character offsets into ``prefix`` whose hidden state is also wanted (backends with
+    # ``true_false_states``): the state a forward over ``prefix[:mark]`` alone ends with.
+    # A learned head reads the end of the request block inside a pair's prompt there, so
+    # one forward over the pair serves both scopes.
+    marks: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +224,19 @@ class Decision:
     strongest_unsafe: tuple[str, float]
     strongest_over_refusal: tuple[str, float]
     reason: str
+    # Hazard category codes (plguard.categories) whose probability is at or above the
+    # unsafe threshold, in taxonomy order; empty for a policy without categories.yaml.
+    categories: tuple[str, ...] = ()
+    # Every category code the policy tags -> its probability: the highest probability of
+    # the unsafe rules tagged with it.
+    category_scores: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def llama_guard(self) -> str:
+        """The verdict in Llama Guard's text form (``safe``, or ``unsafe`` + ``S1,S10``)."""
+        from plguard.categories import llama_guard_text
+
+        return llama_guard_text(self)
 
 
 @dataclass(frozen=True, slots=True)

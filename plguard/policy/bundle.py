@@ -2,7 +2,8 @@
 
 A bundle is a folder with ``policy.md`` (the natural-language policy), ``predicates.yaml``
 (what the grounding model is asked), ``policy.pl`` (ProbLog rules and queries only) and,
-optionally, ``cases.yaml`` (expected outcomes). Every problem becomes a
+optionally, ``cases.yaml`` (expected outcomes) and ``categories.yaml`` (the hazard category
+codes of each unsafe rule, :mod:`plguard.categories`). Every problem becomes a
 :class:`~plguard.errors.PolicyError` with file:line:col and the offending name.
 """
 
@@ -12,10 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from plguard.categories import CODES, in_order, is_code
 from plguard.errors import PolicyError, did_you_mean
 from plguard.policy._syntax import Program, atoms, is_identifier, parse_program
 from plguard.policy._yaml import LocDict, LocList, load_yaml, pos_of
-from plguard.policy.core import Policy
+from plguard.policy.core import Policy, rule_kind
 from plguard.types import Example, PredicateSpec
 from plguard.windows import WINDOW_RULES
 
@@ -89,9 +91,59 @@ def load_policy(name_or_path: str | Path, *, backend: str = "auto") -> Policy:
     if cases_file.is_file():
         cases = load_cases(cases_file, [p.name for p in predicates],
                            [q.name for q in program.queries])
+    categories: dict[str, tuple[str, ...]] = {}
+    if (folder / "categories.yaml").is_file():
+        categories = parse_categories(folder / "categories.yaml", program)
     return Policy(name=folder.resolve().name, path=folder, text=text, predicates=predicates,
                   priors=priors, program=program, user_program=user_program, cases=cases,
-                  predicate_pos=positions, backend=backend)
+                  predicate_pos=positions, backend=backend, categories=categories)
+
+
+def parse_categories(path: Path, program: Program) -> dict[str, tuple[str, ...]]:
+    """Read categories.yaml: each unsafe rule -> a category code or a list of codes.
+
+    The unsafe rules are the queried ``unsafe_compliance_*`` rules, or
+    ``unsafe_compliance`` in a policy without such rules.
+
+    Returns:
+        Rule -> its codes in taxonomy order, in file order of the rules.
+    """
+    file = str(path)
+    data = load_yaml(path)
+    if data is None:
+        return {}
+    if not isinstance(data, LocDict):
+        raise PolicyError("categories.yaml must map unsafe rules to category codes, e.g. "
+                          "'unsafe_compliance_violence: [S1]'", file=file, line=1, col=1)
+    queries = [q.name for q in program.queries]
+    rules = [q for q in queries if rule_kind(q) == "unsafe"] or \
+        [q for q in queries if q == "unsafe_compliance"]
+    out: dict[str, tuple[str, ...]] = {}
+    for rule, value in data.items():
+        line, col = data.pos(rule)
+        if rule not in rules:
+            why = ("it is not a query of policy.pl" if rule not in queries else
+                   "it is not an unsafe-compliance rule (categories name what an unsafe "
+                   "answer is hazardous for)")
+            raise PolicyError(f"'{rule}' in categories.yaml: {why}"
+                              f"{did_you_mean(str(rule), rules)}", file=file, line=line,
+                              col=col, name=str(rule))
+        codes = value if isinstance(value, list) else [value]
+        if not codes:
+            raise PolicyError(f"'{rule}' in categories.yaml lists no codes; give at least "
+                              "one (or leave the rule out)", file=file, line=line, col=col,
+                              name=str(rule))
+        item_pos = getattr(value, "item_pos", None)
+        for i, code in enumerate(codes):
+            if not is_code(code):
+                cl, cc = item_pos[i] if item_pos else (line, col)
+                hint = did_you_mean(str(code).upper() if isinstance(code, str) else str(code),
+                                    CODES)
+                raise PolicyError(f"unknown category code {code!r} for '{rule}' in "
+                                  f"categories.yaml{hint}; codes are {', '.join(CODES)}",
+                                  file=file, line=cl, col=cc, name=str(code))
+        out[str(rule)] = in_order(codes)
+    return out
 
 
 def parse_predicates(

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from plguard.categories import policy_codes
 from plguard.errors import InputError, did_you_mean
 from plguard.policy._syntax import Program
 from plguard.policy.case import Case
@@ -62,6 +63,9 @@ class Policy:
         program: the parsed rules and queries.
         source: the ProbLog program compiled (policy.pl plus the injected facts).
         cases: the expected outcomes from cases.yaml.
+        categories: unsafe rule -> its hazard category codes (categories.yaml; empty when
+            the bundle has none), see :mod:`plguard.categories`.
+        category_codes: every code the categories name, in taxonomy order.
     """
 
     @property
@@ -73,7 +77,8 @@ class Policy:
                  priors: Mapping[str, float], program: Program, user_program: str,
                  cases: Sequence[Case] = (),
                  predicate_pos: Mapping[str, tuple[int, int]] | None = None,
-                 backend: str = "auto") -> None:
+                 backend: str = "auto",
+                 categories: Mapping[str, Sequence[str]] | None = None) -> None:
         self.name = name
         self.path = path
         self.text = text
@@ -92,6 +97,8 @@ class Policy:
         self.backend = backend
         self.unsafe_rules = self._rules("unsafe", UNSAFE)
         self.over_refusal_rules = self._rules("over_refusal", OVER_REFUSAL)
+        self.categories = {r: tuple(c) for r, c in (categories or {}).items()}
+        self.category_codes = policy_codes(self.categories)
         self._compiled: CompiledProgram | None = None
         self._lock = threading.Lock()
 

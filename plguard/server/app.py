@@ -11,19 +11,16 @@ that fail get them: a failed batch is retried one request at a time), the
 upstream server failing 502 (errors.py). Each route documents its statuses in the
 OpenAPI schema (``app.openapi()``, see openapi.py), and the fuzz tests hold the server to it.
 
-Streaming (``stream: true``) sends the final answer as server-sent events only once the
-guard has decided: the answer may be replaced by a repair or a refusal, so no token can be
-shown before grounding has judged the whole draft. Time to first byte is therefore the full
-guard latency; streaming keeps OpenAI clients that expect events working, it does not make
-the first token earlier.
+Streaming (``stream: true``) is guarded window by window (plguard/server/streaming.py over
+:mod:`plguard.streaming`): text leaves only once the window holding it is allowed, so the
+first tokens arrive after the request check and one window, not after the whole answer; a
+block ends the stream with the refusal and ``finish_reason: "content_filter"``.
 """
 
 from __future__ import annotations
 
 import hmac
-import json
 import os
-import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
@@ -49,12 +46,9 @@ from plguard.server.schemas import (
     POLICY_FIELDS,
     AssistantMessage,
     ChatCompletion,
-    ChatCompletionChunk,
     ChatCompletionRequest,
     ChatMessage,
     Choice,
-    ChunkChoice,
-    Delta,
     FinishReason,
     GuardCheckRequest,
     Health,
@@ -65,6 +59,7 @@ from plguard.server.schemas import (
     RuleScore,
     Usage,
 )
+from plguard.server.streaming import stream_completion
 from plguard.server.upstream import UpstreamClient, UpstreamDraft, UpstreamError
 from plguard.types import Chat
 
@@ -226,6 +221,8 @@ def _add_routes(app: FastAPI) -> None:
         _check_model(body.model, state.settings)
         chat = _chat(body.messages)
         key = _gen_key(body, state.settings, state.guard)
+        if body.stream:
+            return await stream_completion(request, body, chat, key)
         timings: dict[str, float] = {}
         draft: UpstreamDraft | None = None
         if state.upstream is not None:
@@ -241,10 +238,6 @@ def _add_routes(app: FastAPI) -> None:
                                 draft.text if draft is not None else None)
         mode: Mode = "upstream" if draft is not None else "local"
         completion = _completion(body.model, outcome, key, mode, timings, draft)
-        if body.stream:
-            return StreamingResponse(_sse(completion), media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache",
-                                              "X-Accel-Buffering": "no"})
         return JSONResponse(completion.model_dump(mode="json"))
 
     @app.post("/v1/guard/check", response_model=None,
@@ -340,7 +333,9 @@ def _completion(model: str, o: BatchOutcome, key: GenKey, mode: Mode,
         strongest_unsafe=RuleScore(rule=d.strongest_unsafe[0], p=d.strongest_unsafe[1]),
         strongest_over_refusal=RuleScore(rule=d.strongest_over_refusal[0],
                                          p=d.strongest_over_refusal[1]),
-        predicates=r.grounding.probs, rules=dict(r.policy.probs), policy=r.policy.policy,
+        categories=list(d.categories), category_scores=dict(d.category_scores),
+        llama_guard=d.llama_guard, predicates=r.grounding.probs, rules=dict(r.policy.probs),
+        policy=r.policy.policy,
         grounding_model=r.grounding.model, input_truncated=r.grounding.truncated,
         mode=mode, batch_size=o.batch_size,
         timings_s={**r.timings_s, **timings, "queue": o.queue_s},
@@ -352,25 +347,3 @@ def _completion(model: str, o: BatchOutcome, key: GenKey, mode: Mode,
                     total_tokens=n_prompt + n_new),
         plguard=info,
     )
-
-
-_PIECE = re.compile(r"(?<=\s)(?=\S)")
-
-
-async def _sse(c: ChatCompletion) -> AsyncIterator[str]:
-    def event(delta: Delta, finish: FinishReason | None = None, last: bool = False) -> str:
-        chunk = ChatCompletionChunk(
-            id=c.id, created=c.created, model=c.model,
-            choices=[ChunkChoice(delta=delta, finish_reason=finish)],
-            plguard=c.plguard if last else None, usage=c.usage if last else None)
-        data = chunk.model_dump(mode="json", exclude_none=True)
-        data["choices"][0].setdefault("finish_reason", None)
-        return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
-
-    choice = c.choices[0]
-    yield event(Delta(role="assistant", content=""))
-    for piece in _PIECE.split(choice.message.content):
-        if piece:
-            yield event(Delta(content=piece))
-    yield event(Delta(), choice.finish_reason, last=True)
-    yield "data: [DONE]\n\n"

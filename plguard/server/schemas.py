@@ -167,6 +167,15 @@ class PlguardInfo(BaseModel):
     fallback_used: bool
     strongest_unsafe: RuleScore
     strongest_over_refusal: RuleScore
+    categories: list[str] = Field(
+        default_factory=list, description="Hazard category codes (S1-S14, X1, X2) at or above "
+        "the unsafe threshold, in taxonomy order.")
+    category_scores: dict[str, float] = Field(
+        default_factory=dict, description="Every category code the policy tags -> its "
+        "probability (the highest of its unsafe rules).")
+    llama_guard: str = Field(
+        "safe", description="The verdict in Llama Guard's text form: 'safe', or 'unsafe' "
+        "and a second line of codes such as 'S1,S10'.")
     predicates: dict[str, float]
     rules: dict[str, float]
     policy: str
