@@ -191,6 +191,33 @@ class RepairConfig(_Strict):
                                   description="Fixed answer when repairs keep violating.")
 
 
+class StreamConfig(_Strict):
+    """Guarded streaming (``Guard.stream``, the server's ``stream: true``)."""
+
+    window_tokens: int = Field(200, ge=2, description="Tokens of the draft grounded at once "
+                               "while it streams (grounding-model tokens); a window's text is "
+                               "released only once the policy allows it.")
+    overlap_tokens: int = Field(50, ge=0, description="Tokens shared by consecutive stream "
+                                "windows, so a passage up to this long is whole in one of "
+                                "them.")
+    mode: Literal["buffered", "audit"] = Field(
+        "buffered", description="buffered: text is released only after its window is "
+        "allowed (nothing unchecked ever leaves). audit: text is sent as it is generated and "
+        "checked after; a block ends the stream with the refusal, but what was sent cannot "
+        "be recalled (said in the trace).")
+    timeout_s: float = Field(60.0, gt=0, description="Seconds one guard step of a stream "
+                             "(the request check, a window, the final check) may take; a "
+                             "step over it ends the stream with the refusal (fail closed).")
+
+    @model_validator(mode="after")
+    def _overlap_fits(self) -> StreamConfig:
+        # As for grounding windows: an overlap near the size would ground every few tokens.
+        if self.overlap_tokens > self.window_tokens // 2:
+            raise ValueError(f"overlap_tokens ({self.overlap_tokens}) must be at most half of "
+                             f"window_tokens ({self.window_tokens}); lower overlap_tokens")
+        return self
+
+
 class ServerConfig(_Strict):
     """The OpenAI-compatible server (``plguard serve``)."""
 
@@ -239,6 +266,8 @@ class GuardConfig(_Strict):
     generation: GenerationConfig = Field(default_factory=lambda: GenerationConfig())
     grounding: GroundingConfig = Field(default_factory=GroundingConfig)
     repair: RepairConfig = Field(default_factory=RepairConfig)
+    stream: StreamConfig = Field(default_factory=StreamConfig,
+                                 description="Guarded streaming (Guard.stream).")
     eval: EvalConfig = Field(default_factory=lambda: EvalConfig())
     server: ServerConfig = Field(default_factory=ServerConfig,
                                  description="The OpenAI-compatible server (plguard serve).")

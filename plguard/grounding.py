@@ -312,8 +312,14 @@ class Grounder:
 
     # -- scoring ---------------------------------------------------------------------------
 
-    def ground(self, pairs: Sequence[tuple[str, str]]) -> list[Grounding]:
-        """Ground every predicate on each (request, response) pair, batched."""
+    def ground(self, pairs: Sequence[tuple[str, str]], *, response: bool = True
+               ) -> list[Grounding]:
+        """Ground every predicate on each (request, response) pair, batched.
+
+        ``response=False`` grounds the request-scope predicates only (each pair's response
+        is not read): the Groundings then hold no response-scope score. It judges a request
+        that has no answer yet (a stream's request check).
+        """
         for i, pair in enumerate(pairs):
             if not (isinstance(pair, tuple | list) and len(pair) == 2
                     and all(isinstance(x, str) for x in pair)):
@@ -340,7 +346,8 @@ class Grounder:
                     todo_req.append(r)
         views: list[_View] = [v for r in todo_req for v in self._views(r, None)]
         owners: list[int] = list(range(len(todo_req)))  # view -> item it belongs to
-        if self._by_scope["response"]:
+        with_response = response and bool(self._by_scope["response"])
+        if with_response:
             for i, (req, _) in enumerate(pairs):
                 # Each piece of a response split at a fake delimiter or turn marker is read
                 # on its own, and the pieces combine like windows (plguard.screen).
@@ -359,10 +366,11 @@ class Grounder:
         for i, (req, _) in enumerate(pairs):
             req_scores = req_scores_of.get(req, ())
             resp_scores = (self._combine("response", per_item[len(todo_req) + i])
-                           if self._by_scope["response"] else ())
+                           if with_response else ())
             by_name = {s.name: s for s in (*req_scores, *resp_scores)}
             out.append(Grounding(model=self.backend.model_id,
-                                 scores=tuple(by_name[p.name] for p in self.predicates),
+                                 scores=tuple(by_name[p.name] for p in self.predicates
+                                              if p.name in by_name),
                                  template_version=self.template_version,
                                  calibration=(self.calibration_file.label
                                               if self.calibration_file else ""),

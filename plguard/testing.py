@@ -1,13 +1,16 @@
-"""Harness pieces for exercising a deployment: a fault-switch backend, live servers.
+"""Harness pieces: a fault-switch backend, a scripted streaming generator, live servers.
 
 Used by the server and remote-backend tests and by ``scripts/load_server.py`` and
-``scripts/bench_remote.py``; they wrap a real backend, a real uvicorn server or a real
-``vllm serve`` process, so nothing here replaces a component, it only lets a caller
-start or break one on purpose. Importing this module imports neither torch nor uvicorn.
+``scripts/bench_remote.py``; the fault switch and servers wrap a real backend, a real
+uvicorn server or a real ``vllm serve`` process, so they only let a caller start or break
+one on purpose. :class:`ScriptedStreamBackend` does replace the generator: it places chosen
+text at chosen token positions, which the leak tests of guarded streaming need. Importing
+this module imports neither torch nor uvicorn.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import socket
@@ -16,7 +19,8 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +77,126 @@ class FaultSwitch:
         self._check()
         self.score_calls += 1
         return self.inner.true_false_logprobs(requests)
+
+
+@dataclass(slots=True)
+class StreamRun:
+    """What one ``stream_generate`` call of a :class:`ScriptedStreamBackend` did."""
+
+    sent: int = 0  # tokens yielded
+    cancelled: bool = False  # the cancel event was set (or the iterator closed) before the end
+    cancelled_at: int | None = None  # index of the first token not sent because of it
+    closed: bool = False  # the iterator was finished or closed
+    sent_t: list[float] = field(default_factory=list)  # perf_counter() of each token sent
+
+
+class ScriptedStreamBackend:
+    """A scripted generator that streams: every chat is answered with ``tokens``.
+
+    ``tokens`` (or ``tokens(chat)``) are generated one at a time, each ``delay_s`` after the
+    last, so a test can place a phrase inside a window, across a window boundary or split
+    across sub-word pieces; ``"".join(tokens).strip()`` is what ``generate`` returns and
+    what the deltas join to (as real backends, through ``plguard.backends._stream``). Grounding
+    questions are scored by ``p_true(prefix, suffix)`` (default: 0.05 for all, which allows
+    everything under the shipped policies). Tokens are counted as whitespace-separated
+    words. Each stream is recorded in :attr:`runs` (:class:`StreamRun`).
+    """
+
+    model_id = "scripted-stream"
+    max_context = 100_000
+
+    def __init__(self, tokens: Sequence[str] | Callable[[Chat], Sequence[str]], *,
+                 delay_s: float = 0.0, p_true: Callable[[str, str], float] | None = None
+                 ) -> None:
+        self.tokens = tokens
+        self.delay_s = delay_s
+        self.p_true = p_true or (lambda prefix, suffix: 0.05)
+        self.runs: list[StreamRun] = []
+        self.generate_calls = 0
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the last stream was cancelled before its end."""
+        return bool(self.runs) and self.runs[-1].cancelled
+
+    @property
+    def cancelled_at(self) -> int | None:
+        """The index of the first token the last stream did not send, if it was cancelled."""
+        return self.runs[-1].cancelled_at if self.runs else None
+
+    def script(self, chat: Chat) -> list[str]:
+        """The tokens that answer ``chat``."""
+        return list(self.tokens(chat) if callable(self.tokens) else self.tokens)
+
+    def format_chat(self, chat: Chat, add_generation_prompt: bool = True) -> str:
+        """A plain rendering of the chat."""
+        body = "".join(f"<|{m.role}|>\n{m.content}\n" for m in chat)
+        return body + ("<|assistant|>\n" if add_generation_prompt else "")
+
+    def count_tokens(self, text: str) -> int:
+        """Whitespace-separated words."""
+        return len(text.split())
+
+    def window_text(self, text: str, size: int, overlap: int) -> list[str]:
+        """Overlapping windows of words."""
+        from plguard.windows import window_spans
+
+        words = text.split()
+        return [" ".join(words[a:b]) for a, b in window_spans(len(words), size, overlap)]
+
+    def truncate_text(self, text: str, max_tokens: int) -> tuple[str, bool]:
+        """The first ``max_tokens`` words."""
+        words = text.split()
+        if len(words) <= max_tokens:
+            return text, False
+        return " ".join(words[:max_tokens]), True
+
+    def generate(self, chats: Sequence[Chat], params: GenerationParams) -> list[Generation]:
+        """The whole scripted answer of each chat."""
+        self.generate_calls += 1
+        out = []
+        for chat in chats:
+            text = "".join(self.script(chat)[:params.max_new_tokens]).strip()
+            out.append(Generation(text, self.count_tokens(self.format_chat(chat)),
+                                  self.count_tokens(text)))
+        return out
+
+    def stream_generate(self, chat: Chat, params: GenerationParams,
+                        cancel: threading.Event) -> Iterator[str]:
+        """The scripted tokens, ``delay_s`` apart, until the end or ``cancel``."""
+        from plguard.backends._stream import Deltas
+
+        run = StreamRun()
+        self.runs.append(run)
+        deltas, text = Deltas(), ""  # joined, the deltas are generate's stripped text
+        try:
+            for i, tok in enumerate(self.script(chat)[:params.max_new_tokens]):
+                if self.delay_s:
+                    cancel.wait(self.delay_s)  # wakes at once on a cancel
+                if cancel.is_set():
+                    run.cancelled, run.cancelled_at = True, i
+                    return
+                run.sent += 1
+                run.sent_t.append(time.perf_counter())
+                text += tok
+                if out := deltas.push(text):
+                    yield out
+        except GeneratorExit:  # closed by the consumer before the end
+            run.cancelled, run.cancelled_at = True, run.sent
+            raise
+        finally:
+            run.closed = True
+
+    def true_false_logprobs(self, requests: Sequence[TFRequest]) -> list[list[TFScore]]:
+        """``p_true`` of every suffix, as log-probabilities."""
+        out = []
+        for r in requests:
+            row = []
+            for s in r.suffixes:
+                p = min(max(self.p_true(r.prefix, s), 1e-9), 1 - 1e-9)
+                row.append(TFScore(math.log(p), math.log1p(-p)))
+            out.append(row)
+        return out
 
 
 class LiveServer:
@@ -186,4 +310,5 @@ class VLLMServer:
                 self.kill()
 
 
-__all__ = ["FaultSwitch", "LiveServer", "VLLMServer", "free_port"]
+__all__ = ["FaultSwitch", "LiveServer", "ScriptedStreamBackend", "StreamRun", "VLLMServer",
+           "free_port"]

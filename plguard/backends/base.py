@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -15,13 +16,42 @@ class StatedScores:
 
     ``answer_states``: ``[n_suffixes, n_layers, d]`` float32, each suffix's state at its
     last token; ``prefix_state``: ``[n_layers, d]``, the prefix's at its last token (None
-    without a prefix or when no layers were asked for). Backends that can return hidden
-    states offer ``true_false_states(requests, layers) -> list[StatedScores]``.
+    without a prefix or when no layers were asked for); ``mark_states``:
+    ``[n_marks, n_layers, d]``, the state at each of the request's ``marks`` (None without
+    marks). Backends that can return hidden states offer
+    ``true_false_states(requests, layers) -> list[StatedScores]``.
     """
 
     scores: list[TFScore]
     answer_states: Any = None
     prefix_state: Any = None
+    mark_states: Any = None
+
+
+@runtime_checkable
+class StreamingBackend(Protocol):
+    """The optional streaming method a generator backend may offer (``Guard.stream``).
+
+    ``stream_generate(chat, params, cancel) -> Iterator[str]`` yields the draft of one
+    chat as text deltas. Deltas are decoded so that they concatenate to exactly the text
+    ``generate`` would return for the same chat and params: a delta never ends inside a
+    UTF-8 character or a sub-word token's piece of a word that later tokens change, and no
+    separators are added between them. Generation stops promptly (within a token or so)
+    once ``cancel`` is set, and closing the iterator (``close()``, or leaving a ``for``
+    early) cancels generation and releases its thread, request or connection. It is not in
+    :class:`Backend`: a backend without it still serves ``Guard.stream``, which then drafts
+    with ``generate`` and streams the checked answer.
+    """
+
+    def stream_generate(self, chat: Chat, params: GenerationParams,
+                        cancel: threading.Event) -> Iterator[str]:
+        """Yield ``chat``'s completion as text deltas until done or ``cancel`` is set."""
+        ...
+
+
+def can_stream(backend: object) -> bool:
+    """Whether ``backend`` offers ``stream_generate`` (see :class:`StreamingBackend`)."""
+    return callable(getattr(backend, "stream_generate", None))
 
 
 @runtime_checkable
@@ -31,7 +61,10 @@ class Backend(Protocol):
     ``model_id`` names the weights (path or hub id plus dtype) and keys caches;
     ``max_context`` is the context window in tokens. A backend whose calls cost tokens
     elsewhere (a remote server) may also offer ``usage() -> dict[str, int]``, the calling
-    thread's running token counts; the Guard traces its change over each phase.
+    thread's running token counts; the Guard traces its change over each phase. Optional
+    methods, outside this protocol so every backend satisfies it without them:
+    ``true_false_states`` (see :class:`StatedScores`) and ``stream_generate`` (see
+    :class:`StreamingBackend`).
     """
 
     model_id: str

@@ -1,0 +1,484 @@
+"""Guarded streaming: the draft is released window by window, each window checked first.
+
+:meth:`plguard.Guard.stream` yields :class:`StreamChunk` records (text to send) and ends with
+one :class:`StreamEnd` (the full :class:`~plguard.types.GuardResult`). The chunks' texts
+concatenate to exactly ``result.final``, which is what a client was sent.
+
+How a stream is guarded (mode ``buffered``, the default):
+
+1. The request-scope predicates are grounded in a worker thread while the draft starts
+   generating in another. Nothing is released before this request verdict; when some
+   unsafe rule is at the threshold whatever the answer says (its lowest value over every
+   true/false setting of the response-scope predicates: the value is multilinear in each,
+   so the vertices bound it), generation is cancelled and the fixed refusal is sent.
+2. The draft streams into a hold-back buffer. Each time the unchecked text reaches
+   ``stream.window_tokens`` (grounding-model tokens, cut at a word boundary so no part of a
+   word leaves alone), the window (the new text plus ``stream.overlap_tokens`` of what came
+   before) is grounded, reasoned and decided exactly as :meth:`Guard.check` decides a
+   response (the request-scope scores are the memoised ones). Its text is released only
+   once that decision is not a refusal. A refusal cancels generation at once and the stream
+   ends with the refusal, or with the ordinary repair when nothing was released yet.
+3. At the end the whole draft gets the ordinary decision (``Guard.check``'s grounding and
+   decision code) before its held-back tail is released, so a stream refuses every draft the
+   non-streaming guard refuses; a rewrite (over-refusal) is repaired when nothing was
+   released, as ``Guard.check`` would.
+
+Mode ``audit`` (never the default) sends text as it is generated once the request verdict
+allows it, and checks the same windows after sending; a block ends the stream with the
+refusal, but what was sent cannot be recalled. The decision's reason says so.
+
+Guard errors and steps over ``stream.timeout_s`` fail closed: the stream ends with the
+fixed refusal and ``finish_reason`` ``content_filter``. Each step is timed in
+``GuardResult.timings_s`` under ``stream.*`` keys (``stream.request_check``,
+``stream.window_N``, ``stream.final_check``, ``stream.first_release``: seconds from the
+start to the first text sent).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import itertools
+import queue
+import threading
+import time
+from collections.abc import AsyncGenerator, Callable, Generator, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+import numpy as np
+
+from plguard.backends.base import can_stream
+from plguard.messages import request_text
+from plguard.types import (
+    Chat,
+    Decision,
+    GenerationParams,
+    Grounding,
+    GuardResult,
+    PolicyResult,
+    RepairRound,
+)
+
+if TYPE_CHECKING:
+    from plguard.guard import Guard
+
+T = TypeVar("T")
+StreamMode = Literal["buffered", "audit"]
+FinishReason = Literal["stop", "length", "content_filter"]
+#: A draft source in place of the generator: ``source(cancel)`` yields text deltas.
+DraftSource = Callable[[threading.Event], Iterator[str]]
+
+# A request check grounded over more free response predicates than this is not bounded
+# (2**N policy rows); the stream then waits for the first window instead.
+MAX_FREE_PREDICATES = 16
+_POLL_S = 0.01  # how often the hold-back loop looks at a pending request check
+_SPACES = " \n\t\r"
+
+
+@dataclass(frozen=True, slots=True)
+class StreamChunk:
+    """Text released to the client; ``t`` is ``time.perf_counter()`` when it was released."""
+
+    text: str
+    t: float
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEnd:
+    """The end of a stream: its full trace, and how it finished.
+
+    ``blocked``: the draft was refused (a window, the request or the final check) or the
+    guard failed closed; ``finish_reason`` is then ``content_filter``, else ``stop`` or
+    ``length`` (the draft ran out of ``max_new_tokens``).
+    """
+
+    result: GuardResult
+    blocked: bool
+    finish_reason: FinishReason
+
+
+StreamEvent = StreamChunk | StreamEnd
+
+
+class _Failed(Exception):
+    """A guard step failed or timed out: the stream fails closed."""
+
+
+@dataclass(slots=True)
+class _Verdict:
+    """A decision with what it was made on."""
+
+    decision: Decision
+    grounding: Grounding
+    policy: PolicyResult
+
+
+class GuardedStream:
+    """One guarded stream; all of its state lives here, so streams share none.
+
+    :meth:`events` is the iterator :meth:`Guard.stream` returns; :meth:`cancel` may be
+    called from any thread (``Guard.astream`` does on ``aclose``).
+    """
+
+    def __init__(self, guard: Guard, chat: Chat, params: GenerationParams,
+                 mode: StreamMode | None = None, source: DraftSource | None = None) -> None:
+        self.guard, self.chat, self.params = guard, chat, params
+        self.cfg = guard.config.stream
+        self.mode: StreamMode = mode or self.cfg.mode
+        self.req = request_text(chat)
+        self.source = source
+        self._cancel = threading.Event()
+        self._deltas: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="plguard-guard")
+        self._pump = threading.Thread(target=self._generate, daemon=True,
+                                      name="plguard-draft")
+        self._count = guard.grounder_backend.count_tokens
+        self.text = ""  # the draft so far
+        self.sent = ""  # what was released
+        self.checked = 0  # chars of the draft inside an allowed window
+        self.win_start = 0  # where the next window starts (overlap included)
+        self.windows = 0
+        self.hold = False  # a window asked for a rewrite before any release: hold it all
+        self.timings: dict[str, float] = {}
+        self.t0 = 0.0
+
+    def cancel(self) -> None:
+        """Stop generating and end the stream at its next step (thread-safe)."""
+        self._cancel.set()
+
+    # -- the draft ---------------------------------------------------------------------------
+
+    def _generate(self) -> None:
+        try:
+            if self.source is not None:
+                it: Iterator[str] = self.source(self._cancel)
+            elif can_stream(self.guard.generator):
+                it = self.guard.generator.stream_generate(  # type: ignore[attr-defined]
+                    self.chat, self.params, self._cancel)
+            else:
+                it = iter([self.guard.generator.generate([self.chat], self.params)[0].text])
+            try:
+                for delta in it:
+                    if self._cancel.is_set():
+                        break
+                    self._deltas.put(("delta", delta))
+            finally:
+                close = getattr(it, "close", None)
+                if callable(close):
+                    close()
+            self._deltas.put(("done", None))
+        except Exception as exc:  # reported to the stream, which fails closed
+            self._deltas.put(("error", exc))
+
+    # -- guard steps -------------------------------------------------------------------------
+
+    def _step(self, name: str, fn: Callable[[], T]) -> T:
+        """Run one guard step in the worker with the step timeout; _Failed on any error."""
+        fut = self._pool.submit(self._locked, fn)
+        return self._wait(name, fut, time.perf_counter())
+
+    def _locked(self, fn: Callable[[], T]) -> T:
+        with self.guard._stream_lock:  # the grounder and its memo are not thread-safe
+            return fn()
+
+    def _wait(self, name: str, fut: Future[T], t_start: float) -> T:
+        left = self.cfg.timeout_s - (time.perf_counter() - t_start)
+        try:
+            return fut.result(timeout=max(left, 0.0))
+        except FutureTimeout:
+            raise _Failed(f"guard step {name} took more than stream.timeout_s = "
+                          f"{self.cfg.timeout_s:g} s") from None
+        except Exception as exc:
+            raise _Failed(f"guard step {name} failed: {type(exc).__name__}: {exc}") from exc
+        finally:
+            self.timings[f"stream.{name}"] = time.perf_counter() - t_start
+
+    def _request_check(self) -> _Verdict | None:
+        """The request verdict: a refusal whatever the answer, or None (go on)."""
+        g = self.guard.grounder.ground([(self.req, "")], response=False)[0]
+        policy = self.guard.policy
+        if g.screen and self.guard.config.grounding.screen == "refuse":
+            kinds = ", ".join(dict.fromkeys(f.kind for f in g.screen))
+            return _Verdict(Decision("refuse", ("", 0.0), ("", 0.0),
+                                     f"request check: text addressed to the guard ({kinds}) "
+                                     "in the request (grounding.screen = refuse): refuse"),
+                            g, PolicyResult(policy.id, {}))
+        best = best_case(self.guard, g)
+        thr = self.guard.thresholds.unsafe
+        for rule in policy.unsafe_rules:
+            p = best.get(rule, 0.0)
+            if p >= thr:
+                return _Verdict(Decision(
+                    "refuse", (rule, p), ("", 0.0),
+                    f"request check: unsafe rule {rule} is at least {p:.3f} whatever the "
+                    f"answer says (>= unsafe threshold {thr:.2f}): refuse before any text"),
+                    g, PolicyResult(policy.id, best))
+        return None
+
+    def _assess(self, answer: str) -> _Verdict:
+        """``answer`` grounded, reasoned and decided exactly as Guard.check does."""
+        g, r, d = self.guard._judge(self.req, answer, self.timings)
+        return _Verdict(d, g, r)
+
+    # -- the stream --------------------------------------------------------------------------
+
+    def events(self) -> Iterator[StreamEvent]:
+        """The stream's chunks, then its end (see the module docstring)."""
+        self.t0 = time.perf_counter()
+        self._pump.start()
+        t_req = time.perf_counter()
+        req_fut = self._pool.submit(self._locked, self._request_check)
+        try:
+            yield from self._run(req_fut, t_req)
+        finally:
+            self._cancel.set()
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            if self.source is not None or can_stream(self.guard.generator):
+                self._pump.join(timeout=self.cfg.timeout_s)  # it stops on the cancel
+
+    def _run(self, req_fut: Future[_Verdict | None], t_req: float) -> Iterator[StreamEvent]:
+        verdict_known = done = False
+        try:
+            while True:
+                if not verdict_known and (done or req_fut.done() or
+                                          time.perf_counter() - t_req > self.cfg.timeout_s):
+                    refused = self._wait("request_check", req_fut, t_req)
+                    verdict_known = True
+                    if refused is not None:
+                        yield from self._end_refused(refused, repair=False)
+                        return
+                if verdict_known:
+                    blocked = yield from self._windows(final=done)
+                    if blocked is not None:
+                        yield from self._end_refused(blocked, repair=True)
+                        return
+                    if done:
+                        break
+                kind, value = self._next(verdict_known)
+                if self._cancel.is_set():
+                    raise _Failed("the stream was cancelled")
+                if kind == "error":
+                    raise _Failed(f"generation failed: {type(value).__name__}: {value}")
+                if kind == "done":
+                    done = True
+                elif kind == "delta":
+                    self.text += value
+            yield from self._finish()
+        except _Failed as exc:
+            self._cancel.set()
+            yield from self._fail_closed(str(exc))
+
+    def _next(self, verdict_known: bool) -> tuple[str, Any]:
+        """The next draft event; ("idle", None) while a pending request check is polled."""
+        try:
+            return self._deltas.get(timeout=self.cfg.timeout_s if verdict_known else _POLL_S)
+        except queue.Empty:
+            if verdict_known:
+                raise _Failed("the generator sent nothing for stream.timeout_s = "
+                              f"{self.cfg.timeout_s:g} s") from None
+            return ("idle", None)
+
+    def _windows(self, final: bool) -> Generator[StreamEvent, None, _Verdict | None]:
+        """Check every window that is due; release what they allow. A refusal is returned."""
+        if self.mode == "audit":
+            yield from self._release(len(self.text))
+        while (cut := self._window_due(final)) is not None:
+            self.windows += 1
+            window = self.text[self.win_start:cut]
+            v = self._step(f"window_{self.windows}", functools.partial(self._assess, window))
+            if v.decision.action == "refuse":
+                return v
+            if v.decision.action == "rewrite" and not self.sent:
+                self.hold = True  # over-refusing from the start: repaired at the end
+            self.checked = cut
+            self.win_start = self._overlap_start(cut)
+            if not self.hold:
+                yield from self._release(cut)
+        return None
+
+    def _window_due(self, final: bool) -> int | None:
+        """Where the next window to check ends, or None when none is due yet.
+
+        A window ends at a word boundary (so no part of a word is released alone) with at
+        most ``window_tokens`` tokens from its start; an unbroken run of twice that is cut
+        anyway.
+        """
+        size = self.cfg.window_tokens
+        if final:
+            # The last, partial window; a draft read whole by the final check needs none.
+            has_new = len(self.text.rstrip(_SPACES)) > self.checked
+            return len(self.text) if has_new and self.win_start > 0 else None
+        n = self._count(self.text[self.win_start:])
+        if n < size:
+            return None
+        spaces = [i for i in range(max(self.checked, self.win_start) + 1, len(self.text))
+                  if self.text[i] in _SPACES]
+        if not spaces:
+            return len(self.text) if n >= 2 * size else None
+        fits = _last(spaces, lambda p: self._count(self.text[self.win_start:p]) <= size)
+        return spaces[0] if fits is None else fits
+
+    def _overlap_start(self, cut: int) -> int:
+        """The latest word start before ``cut`` with ``overlap_tokens`` tokens up to it."""
+        want = self.cfg.overlap_tokens
+        if want == 0:
+            return cut
+        starts = [i for i in range(self.win_start, cut) if self.text[i] in _SPACES]
+        best = _last(starts, lambda p: self._count(self.text[p:cut]) >= want)
+        return self.win_start if best is None else best
+
+    def _release(self, upto: int) -> Iterator[StreamEvent]:
+        if upto > len(self.sent):
+            yield from self._send(self.text[len(self.sent):upto])
+
+    def _send(self, text: str) -> Iterator[StreamEvent]:
+        if not text:
+            return
+        if not self.sent:
+            self.timings["stream.first_release"] = time.perf_counter() - self.t0
+        self.sent += text
+        yield StreamChunk(text, time.perf_counter())
+
+    # -- endings -----------------------------------------------------------------------------
+
+    def _finish(self) -> Iterator[StreamEvent]:
+        """The ordinary decision on the whole draft, then the tail (or the repair)."""
+        v = self._step("final_check", lambda: self._assess(self.text))
+        if v.decision.action == "refuse":
+            yield from self._end_refused(v, repair=True)
+            return
+        if v.decision.action == "rewrite" and not self.sent:
+            yield from self._end_refused(v, repair=True)
+            return
+        if v.decision.action == "rewrite":
+            v.decision = replace(v.decision, reason=v.decision.reason + " [stream: text was "
+                                 "released before the rewrite was due, so it is kept]")
+        yield from self._release(len(self.text))
+        yield self._end(v, blocked=False, rounds=(), fallback=False)
+
+    def _end_refused(self, v: _Verdict, repair: bool) -> Iterator[StreamEvent]:
+        """A refusal (or rewrite): the repair where nothing was sent, else the refusal."""
+        self._cancel.set()
+        fallback = self.guard.config.repair.fallback_refusal
+        rounds: tuple[RepairRound, ...] = ()
+        used_fallback = True
+        if self.sent:
+            sep = "" if self.sent[-1] in _SPACES else "\n\n"
+            yield from self._send(sep + fallback)
+        elif repair:
+            final, rounds, used_fallback = self._step("repair", lambda: self._repair(v))
+            yield from self._send(final)
+        else:
+            yield from self._send(fallback)
+        yield self._end(v, blocked=v.decision.action == "refuse", rounds=rounds,
+                        fallback=used_fallback)
+
+    def _repair(self, v: _Verdict) -> tuple[str, tuple[RepairRound, ...], bool]:
+        return self.guard._repaired(self.req, self.text, v.decision, v.policy, self.params,
+                                    self.timings)
+
+    def _fail_closed(self, why: str) -> Iterator[StreamEvent]:
+        d = Decision("refuse", ("", 0.0), ("", 0.0),
+                     f"{why}: the stream fails closed with the refusal")
+        g = Grounding(model=self.guard.grounder_backend.model_id, scores=())
+        v = _Verdict(d, g, PolicyResult(self.guard.policy.id, {}))
+        fallback = self.guard.config.repair.fallback_refusal
+        sep = "\n\n" if self.sent and self.sent[-1] not in _SPACES else ""
+        yield from self._send(sep + fallback)
+        yield self._end(v, blocked=True, rounds=(), fallback=True)
+
+    def _end(self, v: _Verdict, *, blocked: bool, rounds: tuple[RepairRound, ...],
+             fallback: bool) -> StreamEnd:
+        d = v.decision
+        if self.mode == "audit":
+            d = replace(d, reason=d.reason + " [stream.mode audit: text was sent before it "
+                        "was checked]")
+        self.timings["total"] = time.perf_counter() - self.t0
+        result = GuardResult(request=self.req, draft=self.text, final=self.sent,
+                             repaired=bool(rounds), grounding=v.grounding, policy=v.policy,
+                             decision=d, repairs=rounds, fallback_used=fallback,
+                             timings_s=dict(self.timings))
+        finish: FinishReason = "content_filter" if blocked else "stop"
+        if not blocked and not rounds and self._ran_out():
+            finish = "length"
+        return StreamEnd(result, blocked, finish)
+
+    def _ran_out(self) -> bool:
+        count = getattr(self.guard.generator, "count_tokens", None)
+        return callable(count) and count(self.text) >= self.params.max_new_tokens
+
+
+def _last(xs: list[int], ok: Callable[[int], bool]) -> int | None:
+    """The last of ``xs`` for which ``ok`` holds, where ``ok`` holds on a prefix of them."""
+    lo, hi, best = 0, len(xs) - 1, None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        if ok(xs[mid]):
+            best, lo = xs[mid], mid + 1
+        else:
+            hi = mid - 1
+    return best
+
+
+def best_case(guard: Guard, grounding: Grounding) -> dict[str, float]:
+    """Each unsafe rule's lowest probability over every answer, from request-side scores.
+
+    The response-scope predicates are set to each true/false assignment in turn (a rule is
+    multilinear in each independent predicate, so its minimum over the cube is at a
+    vertex). Empty when the policy has more free predicates than MAX_FREE_PREDICATES.
+    """
+    policy = guard.policy
+    names = list(policy.predicate_names)
+    free = [p.name for p in policy.predicates if p.scope == "response"]
+    if len(free) > MAX_FREE_PREDICATES:
+        return {}
+    probs = grounding.probs
+    vertices = np.array(list(itertools.product((0.0, 1.0), repeat=len(free))),
+                        dtype=np.float64).reshape(-1, len(free))
+    m = np.tile(np.array([probs.get(n, 0.0) for n in names], dtype=np.float64),
+                (len(vertices), 1))
+    m[:, [names.index(n) for n in free]] = vertices
+    values = policy.evaluate_matrix(m, names)
+    return {r: float(values[r].min()) for r in policy.unsafe_rules}
+
+
+async def astream(stream: GuardedStream) -> AsyncGenerator[StreamEvent, None]:
+    """``stream``'s events for asyncio: the sync machinery runs in a thread.
+
+    Leaving early (``aclose``, a cancelled task, a client that disconnects) cancels the
+    stream and so the generation.
+    """
+    loop = asyncio.get_running_loop()
+    out: asyncio.Queue[StreamEvent | BaseException | None] = asyncio.Queue()
+
+    def put(item: StreamEvent | BaseException | None) -> None:
+        try:
+            loop.call_soon_threadsafe(out.put_nowait, item)
+        except RuntimeError:  # the loop is closed: nobody is listening any more
+            stream.cancel()
+
+    def run() -> None:
+        try:
+            for event in stream.events():
+                put(event)
+        except BaseException as exc:  # handed to the awaiting side
+            put(exc)
+        finally:
+            put(None)
+
+    worker = threading.Thread(target=run, daemon=True, name="plguard-stream")
+    worker.start()
+    try:
+        while (item := await out.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stream.cancel()
+
+
+__all__ = ["DraftSource", "FinishReason", "GuardedStream", "StreamChunk", "StreamEnd",
+           "StreamEvent", "StreamMode", "astream", "best_case"]
