@@ -83,9 +83,11 @@ def _complete(schema: dict[str, Any], model_name: str) -> None:
         ]}},
     }
     ok = schema["paths"]["/v1/chat/completions"]["post"]["responses"]["200"]
-    ok["description"] = ("The guarded answer; with `stream: true` the same answer as "
-                         "server-sent events, sent once the guard has decided, ending with "
-                         "`data: [DONE]`.")
+    ok["description"] = ("The guarded answer; with `stream: true` server-sent events: a "
+                         "role chunk, the text as each window of it is allowed, one final "
+                         "chunk with the finish_reason and the guard's trace (on a block: the "
+                         "refusal, `content_filter`), the usage chunk when "
+                         "`stream_options.include_usage` asks, then `data: [DONE]`.")
     ok["content"]["text/event-stream"] = {"itemSchema": event}
     # The one model served: other names are documented 404s, not a second success.
     pinned = {"type": "string", "enum": [model_name],

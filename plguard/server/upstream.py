@@ -6,13 +6,18 @@ anything that speaks the API); the decision stays here, through
 models, or, with ``server.upstream_grounding``, on the upstream too (an ``openai``
 backend, :func:`upstream_guard_config`), so plguard loads no model at all. Upstream
 drafts are not batched here: each request is forwarded as it comes, since the upstream
-server batches its own traffic.
+server batches its own traffic. A streamed request (``stream: true``) streams from the
+upstream too (:meth:`UpstreamClient.open_stream`): the guard checks the upstream's draft
+window by window as it arrives, and hangs up on the upstream when it blocks.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,6 +113,9 @@ class UpstreamClient:
         if r.status_code >= 400:
             raise UpstreamError(f"upstream {self.base_url} answered {r.status_code}: "
                                 f"{r.text[:300]}")
+        return self._answer(r)
+
+    def _answer(self, r: httpx.Response) -> UpstreamDraft:
         try:
             data = r.json()
             choice = data["choices"][0]
@@ -135,11 +143,97 @@ class UpstreamClient:
                              _count(usage.get("prompt_tokens")),
                              _count(usage.get("completion_tokens")))
 
+    async def open_stream(self, model: str, messages: list[dict[str, str]], max_tokens: int,
+                          temperature: float) -> Callable[[threading.Event], Iterator[str]]:
+        """Start the upstream's streamed draft; return the source that reads its deltas.
+
+        The connection is opened and its status read here, so an unreachable or failing
+        upstream is an :class:`UpstreamError` before anything is sent to the client. The
+        source runs in the guard's draft thread (a blocking client of its own); it closes
+        the connection when it stops, which makes the upstream stop generating.
+        """
+        body = {"model": self.model or model, "messages": messages, "max_tokens": max_tokens,
+                "temperature": temperature, "stream": True}
+        client = httpx.Client(base_url=self.base_url, headers=self._headers,
+                              timeout=self.timeout_s)
+
+        def connect() -> httpx.Response:
+            try:
+                r = client.send(client.build_request("POST", "/chat/completions", json=body),
+                                stream=True)
+            except httpx.HTTPError as exc:
+                client.close()
+                raise UpstreamError(f"upstream {self.base_url} unreachable: "
+                                    f"{type(exc).__name__}: {exc}") from exc
+            if r.status_code >= 400:
+                text = r.read().decode("utf-8", "replace")
+                r.close()
+                client.close()
+                raise UpstreamError(f"upstream {self.base_url} answered {r.status_code}: "
+                                    f"{text[:300]}")
+            return r
+
+        r = await asyncio.to_thread(connect)
+        if not r.headers.get("content-type", "").startswith("text/event-stream"):
+            # A server that ignores stream: true answers whole; its answer is the draft.
+            try:
+                r.read()
+                whole = self._answer(r).text
+            finally:
+                r.close()
+                client.close()
+            return lambda cancel: iter([whole] if whole else [])
+
+        def source(cancel: threading.Event) -> Iterator[str]:
+            try:
+                yield from iter_upstream_deltas(r.iter_lines(), cancel, self.base_url)
+            except httpx.HTTPError as exc:
+                raise UpstreamError(f"upstream {self.base_url} broke off its stream: "
+                                    f"{type(exc).__name__}: {exc}") from exc
+            finally:
+                r.close()
+                client.close()
+
+        return source
+
     async def aclose(self) -> None:
         """Close the connection pool."""
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+
+
+def iter_upstream_deltas(lines: Iterator[str], cancel: threading.Event, base_url: str
+                         ) -> Iterator[str]:
+    """The text deltas of an upstream chat completion stream (its SSE lines).
+
+    Tool calls, function calls or an event that is not JSON end the draft with an error:
+    the guard judges text, and passing anything else through unjudged would let it past
+    the policy (the stream then fails closed).
+    """
+    for line in lines:
+        if cancel.is_set():
+            return
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            return
+        try:
+            event = json.loads(data)
+            choices = event.get("choices") or []
+            delta = choices[0].get("delta") or {} if choices else {}
+        except (ValueError, AttributeError, IndexError, TypeError):
+            raise UpstreamError(f"upstream {base_url} streamed an event that is not a chat "
+                                f"completion chunk: {data[:300]!r}") from None
+        other = [k for k in ("tool_calls", "function_call") if delta.get(k)]
+        if other:
+            raise UpstreamError(f"upstream {base_url} streamed {', '.join(other)}; plguard "
+                                "guards text answers and does not pass anything else "
+                                "through unchecked", code="upstream_no_content")
+        piece = delta.get("content")
+        if isinstance(piece, str) and piece:
+            yield replace_lone_surrogates(piece)
 
 
 def _count(v: Any) -> int | None:

@@ -267,18 +267,27 @@ def check_answer(path: str, status: int, headers: Mapping[str, str], body: bytes
     return "200"
 
 
-def check_stream(text: str) -> list[ChatCompletionChunk]:
-    """Valid server-sent events: JSON chunks of one completion, then ``data: [DONE]``."""
+def check_stream(text: str, usage: bool | None = None) -> list[ChatCompletionChunk]:
+    """Valid server-sent events: JSON chunks of one completion, then ``data: [DONE]``.
+
+    A role chunk first, one finish_reason (on the last chunk with a choice, which carries
+    the guard's trace), then the usage chunk (no choices) when one was asked for.
+    """
     assert text.endswith("\n\n"), text[-200:]
     events = text[:-2].split("\n\n")
     assert all(e.startswith("data: ") and "\n" not in e for e in events), events[:3]
     data = [e.removeprefix("data: ") for e in events]
     assert data[-1] == "[DONE]" and "[DONE]" not in data[:-1], data[-3:]
     chunks = [ChatCompletionChunk.model_validate_json(d, strict=True) for d in data[:-1]]
-    assert len(chunks) >= 2 and len({c.id for c in chunks}) == 1
-    assert chunks[0].choices[0].delta.role == "assistant"
-    assert all(c.choices[0].finish_reason is None for c in chunks[:-1])
-    last = chunks[-1]
+    assert len({c.id for c in chunks}) == 1
+    has_usage = not chunks[-1].choices
+    if has_usage:
+        assert chunks[-1].usage is not None and chunks[-1].plguard is None
+    assert usage is None or has_usage == usage, (usage, data[-2:])
+    body = chunks[:-1] if has_usage else chunks
+    assert len(body) >= 2 and all(len(c.choices) == 1 for c in body)
+    assert body[0].choices[0].delta.role == "assistant"
+    assert all(c.choices[0].finish_reason is None for c in body[:-1])
+    last = body[-1]
     assert last.choices[0].finish_reason is not None and last.plguard is not None
-    assert last.usage is not None
     return chunks

@@ -57,20 +57,22 @@ async def test_chat_completion_and_its_stream(client, real_guard):
     assert 0 < c.usage.completion_tokens <= MAX_NEW_TOKENS + 8  # re-tokenised final text
     assert c.usage.total_tokens == c.usage.prompt_tokens + c.usage.completion_tokens
 
-    # The same request streamed: SSE chunks of the same (greedy) answer, decided first.
-    r = await client.post("/v1/chat/completions", json={**body, "stream": True})
+    # The same request streamed, guarded window by window: the same (greedy) answer.
+    r = await client.post("/v1/chat/completions", json={
+        **body, "stream": True, "stream_options": {"include_usage": True}})
     assert r.status_code == 200
     assert r.headers["content-type"].startswith("text/event-stream")
     events = _sse_events(r.text)
     assert events[-1] == "[DONE]"
     chunks = [ChatCompletionChunk.model_validate(json.loads(e)) for e in events[:-1]]
+    usage = chunks.pop()  # asked for: after the finish, a chunk of usage alone
+    assert usage.choices == [] and usage.usage == c.usage
     assert chunks[0].choices[0].delta.role == "assistant"
     assert len({ch.id for ch in chunks}) == 1
     assert all(ch.choices[0].finish_reason is None for ch in chunks[:-1])
     last = chunks[-1]
     assert last.choices[0].finish_reason == c.choices[0].finish_reason
     assert last.plguard is not None and last.plguard.action == info.action
-    assert last.usage == c.usage
     text = "".join(ch.choices[0].delta.content or "" for ch in chunks)
     assert text == c.choices[0].message.content
 
