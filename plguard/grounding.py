@@ -28,11 +28,11 @@ import math
 import re
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
-from plguard.backends.base import Backend
+from plguard.backends.base import Backend, StatedScores
 from plguard.calibration import Calibration, check_applies, platt
 from plguard.calibration import load_calibration as load_calibration_file
 from plguard.config import GroundingConfig
@@ -105,6 +105,12 @@ def open_tag(field: str) -> str:
 def close_tag(field: str) -> str:
     """The closing delimiter of a data field."""
     return f"<<<END {field}>>>"
+
+
+def request_end(prefix: str) -> int:
+    """Where the request block of a grounding prompt ends (escaped data cannot hold its tag)."""
+    tag = close_tag("REQUEST")
+    return prefix.index(tag) + len(tag)
 
 
 def escape_data(text: str) -> str:
@@ -212,7 +218,8 @@ class Grounder:
         if self.heads is not None:
             check_heads(self.heads, backend, backend_identity(backend), self.template_version,
                         policy_name, {p.name: main_question_digest(
-                            self.question_block(p, p.question)) for p in self.predicates})
+                            self.question_block(p, p.question)) for p in self.predicates},
+                        [p.name for p in self.predicates if p.scope == "request"])
         self.cache: GroundingCache | None = (
             GroundingCache(resolve_cache_path(self.cfg.cache)) if self.cfg.cache else None)
         self._by_scope: dict[Scope, tuple[PredicateSpec, ...]] = {
@@ -426,7 +433,7 @@ class Grounder:
         """
         assert self.heads is not None
         built = [self._build(v, q) for v, q in zip(views, per_view, strict=True)]
-        outs = self.backend.true_false_states(built, self.heads.layers)  # type: ignore[attr-defined]
+        outs = self._stated(views, per_view, built)
         result: list[list[TFScore]] = []
         fresh: dict[str, tuple[TFScore, str, str]] = {}
         keys = self._cache_keys(views, per_view) if self.cache is not None else []
@@ -448,6 +455,52 @@ class Grounder:
             self.cache.count_forwarded(len(fresh))
             self.cache.put_many(fresh)
         return result
+
+    def _stated(self, views: Sequence[_View], per_view: Sequence[Sequence[str]],
+                built: list[TFRequest]) -> list[StatedScores]:
+        """Each view's stated forward; a request's pair read rides on its pair's forward.
+
+        A ``pair_prefix`` head reads the end of the request block inside the pair prompt,
+        which no response token precedes: it is taken from a pair view of the same request
+        text in this batch (one forward then serves both scopes), else from the pair
+        prompt cut there. A request view that asks no question and has no request-prompt
+        head is not forwarded at all.
+        """
+        assert self.heads is not None
+        reads = {self.heads.readout_of(s.name) for s in self._by_scope["request"]}
+        source: dict[int, tuple[bool, int]] = {}  # request view -> (from a pair view?, index)
+        extra: list[TFRequest] = []
+        if "pair_prefix" in reads:
+            pair_of: dict[str, int] = {}
+            for j, v in enumerate(views):
+                if v.response is not None:
+                    pair_of.setdefault(v.request, j)
+            for i, v in enumerate(views):
+                if v.response is None and v.request in pair_of:
+                    j = pair_of[v.request]
+                    built[j] = replace(built[j], marks=(request_end(built[j].prefix),))
+                    source[i] = (True, j)
+                elif v.response is None:
+                    source[i] = (False, len(extra))
+                    extra.append(self._request_end_prompt(v))
+        own = [i for i, v in enumerate(views)
+               if v.response is not None or per_view[i] or reads & {"question", "prefix"}]
+        fwd = self.backend.true_false_states(  # type: ignore[attr-defined]
+            [built[i] for i in own] + extra, self.heads.layers)
+        outs = dict(zip(own, fwd, strict=False))
+        done = [outs.get(i, StatedScores([])) for i in range(len(views))]
+        for i, (from_pair, k) in source.items():
+            state = outs[k].mark_states[0] if from_pair else fwd[len(own) + k].prefix_state
+            done[i] = replace(done[i], mark_states=state[None])
+        return done
+
+    def _request_end_prompt(self, view: _View) -> TFRequest:
+        prefix = self._template("response")[0].replace("\x01REQ\x01", view.request, 1)
+        return TFRequest(prefix=prefix[:request_end(prefix)], suffixes=(), answers=self.answers)
+
+    def request_end_prompt(self, request: str) -> TFRequest:
+        """The pair prompt of ``request`` up to the end of its request block (no question)."""
+        return self._request_end_prompt(self._views(request, None)[0])
 
     def _offsets(self, scope: Scope) -> list[int]:
         """Where each predicate's questions start among a view's suffixes (spec order)."""

@@ -40,7 +40,8 @@ def resolve_heads(setting: str | None, backend: Any, policy_name: str | None
 
 def check_heads(hf: HeadsFile, backend: Any, identity: Mapping[str, Any],
                 template_version: str, policy_name: str | None,
-                digests: Mapping[str, str]) -> None:
+                digests: Mapping[str, str],
+                request_predicates: Sequence[str] | None = None) -> None:
     """:func:`check_applies` with what the Grounder knows of its backend."""
     width = None
     model = getattr(backend, "model", None)
@@ -49,7 +50,8 @@ def check_heads(hf: HeadsFile, backend: Any, identity: Mapping[str, Any],
     check_applies(hf, model_sha256=identity.get("model_sha256"),
                   model_id=str(identity.get("model_id")), template_version=template_version,
                   policy_name=policy_name, question_digests=digests,
-                  hidden_states=hasattr(backend, "true_false_states"), width=width)
+                  hidden_states=hasattr(backend, "true_false_states"), width=width,
+                  request_predicates=request_predicates)
 
 
 def main_question_digest(block: str) -> str:
@@ -62,7 +64,7 @@ def asks_question(hf: HeadsFile | None, spec: PredicateSpec) -> bool:
     if hf is None or spec.name not in hf.heads:
         return True
     h = hf.heads[spec.name]
-    return not (h.readout == "prefix" and h.mode == "head")
+    return not (h.readout in ("prefix", "pair_prefix") and h.mode == "head")
 
 
 def head_scores(hf: HeadsFile, specs: Sequence[PredicateSpec], asked_at: Mapping[str, int],
@@ -81,6 +83,8 @@ def head_scores(hf: HeadsFile, specs: Sequence[PredicateSpec], asked_at: Mapping
         j = hf.layers.index(h.layer)
         if h.readout == "prefix":
             state = stated.prefix_state[j]
+        elif h.readout == "pair_prefix":  # the request block's end inside the pair prompt
+            state = stated.mark_states[0, j]
         else:
             state = stated.answer_states[asked_at[spec.name], j]
         out[spec.name] = h.score(np.asarray(state, dtype=np.float64), logits.get(spec.name))

@@ -6,8 +6,10 @@ it for anything else, because the same weights over another model's states are n
 
 Each predicate's head reads one layer's state at one position (``readout``): ``question``,
 the answer position after the predicate's own question (the zero-shot reading's
-position), or ``prefix``, the end of the data block with no question (one forward serves
-every such predicate of a scope). Its score is ``z = w . h + b`` (standardisation folded
+position), ``prefix``, the end of the data block with no question (one forward serves
+every such predicate of a scope), or, for request predicates, ``pair_prefix``: the end of
+the request block inside the pair's prompt, so one forward over the pair serves both
+scopes. Its score is ``z = w . h + b`` (standardisation folded
 into ``w`` and ``b``; with ``mode: both`` the zero-shot logit ``lT - lF`` is one more
 feature), mapped to a probability by the head's own Platt fit ``sigmoid(a z + c)`` on
 out-of-fold scores.
@@ -18,7 +20,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -29,9 +31,9 @@ from plguard.calibration import read_json_file
 from plguard.errors import ConfigError
 
 FORMAT = "plguard-heads/1"
-Readout = Literal["question", "prefix"]
+Readout = Literal["question", "prefix", "pair_prefix"]
 Mode = Literal["head", "both"]
-READOUTS: tuple[str, ...] = ("question", "prefix")
+READOUTS: tuple[str, ...] = ("question", "prefix", "pair_prefix")
 MODES: tuple[str, ...] = ("head", "both")
 
 
@@ -139,7 +141,8 @@ def load_heads(path: str | Path) -> HeadsFile:
 def check_applies(hf: HeadsFile, *, model_sha256: str | None, model_id: str,
                   template_version: str, policy_name: str | None,
                   question_digests: Mapping[str, str], hidden_states: bool,
-                  width: int | None = None) -> None:
+                  width: int | None = None,
+                  request_predicates: Collection[str] | None = None) -> None:
     """Refuse heads fitted for another model, template, policy or question wording.
 
     ``hidden_states``: whether the backend can return them (vLLM and remote backends
@@ -180,6 +183,12 @@ def check_applies(hf: HeadsFile, *, model_sha256: str | None, model_id: str,
         if bad:
             raise ConfigError(f"{where}: heads of {', '.join(bad[:4])} do not match this "
                               f"model's hidden size {width}; refit them")
+    if request_predicates is not None:
+        bad = sorted(n for n, h in hf.heads.items()
+                     if h.readout == "pair_prefix" and n not in request_predicates)
+        if bad:
+            raise ConfigError(f"{where}: {', '.join(bad[:4])} read the end of the request "
+                              "block (pair_prefix), which only request-scope predicates can")
 
 
 def shipped_heads(policy_name: str) -> Path | None:

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from plguard.heads.artefact import READOUTS
 from plguard.heads.corpus import SOURCES
 
 
@@ -29,9 +30,11 @@ def add_heads_commands(subparsers: Any) -> None:
                    help=f"Training sources, comma-separated (default {','.join(SOURCES)}).")
     p.add_argument("--limit-per-source", type=positive_int, metavar="N",
                    help="A seeded subset of N items of each source (default: all of dev).")
-    p.add_argument("--readouts", default="question,prefix",
+    p.add_argument("--readouts", default=",".join(READOUTS),
                    help="Readouts to choose from: question (answer position after the "
-                   "predicate's question), prefix (end of the data, no question).")
+                   "predicate's question), prefix (end of the data, no question), "
+                   "pair_prefix (request predicates: end of the request block inside the "
+                   "pair's prompt, so one forward serves both scopes).")
     p.add_argument("--no-lodo", action="store_true",
                    help="Skip the leave-one-source-out report.")
     p.add_argument("--quiet", action="store_true", help="No progress bar.")
@@ -46,10 +49,10 @@ def _cmd_fit(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     readouts = tuple(r.strip() for r in args.readouts.split(",") if r.strip())
-    bad = [r for r in readouts if r not in ("question", "prefix")]
+    bad = [r for r in readouts if r not in READOUTS]
     if bad or not readouts:
         raise ConfigError(f"--readouts: unknown readout(s) {', '.join(bad) or '(none)'}; "
-                          "use question and/or prefix")
+                          f"use some of {', '.join(READOUTS)}")
     opts = FitOptions(sources=tuple(s.strip() for s in args.sources.split(",") if s.strip()),
                       limit_per_source=args.limit_per_source, readouts=readouts,
                       lodo=not args.no_lodo, progress=not args.quiet)

@@ -30,6 +30,7 @@ from plguard.heads.corpus import CorpusItem
 from plguard.types import PredicateSpec, Scope
 
 PREFIX = "\x00prefix"  # the question slot of a prefix-end (no question) state
+PAIR_PREFIX = "\x00pair_prefix"  # a request's state at its block's end in the pair prompt
 LAYER_FRACTIONS = (0.33, 0.5, 0.67, 0.83, 1.0)
 ITEMS_PER_BATCH = 8
 
@@ -172,20 +173,24 @@ class Extractor:
         return [self.grounder.question_block(s, s.question) for s in self.specs
                 if s.scope == scope]
 
+    def _key(self, question: str, item: CorpusItem) -> str:
+        return feature_key(self.model_key, self.grounder.template_version,
+                           self.cfg.max_data_tokens, self.layers, question, item.request,
+                           item.response)
+
     def keys(self, item: CorpusItem) -> list[str]:
         """The keys of an item's states: its prefix, then each question of its scope."""
         scope: Scope = "request" if item.response is None else "response"
-        return [feature_key(self.model_key, self.grounder.template_version,
-                            self.cfg.max_data_tokens, self.layers, q, item.request,
-                            item.response) for q in (PREFIX, *self.questions(scope))]
+        return [self._key(q, item) for q in (PREFIX, *self.questions(scope))]
+
+    def pair_key(self, item: CorpusItem) -> str:
+        """The key of a request item's ``pair_prefix`` state."""
+        return self._key(PAIR_PREFIX, item)
 
     def run(self, items: Sequence[CorpusItem], progress: bool = True) -> int:
         """Extract what is not stored yet; returns how many items were forwarded."""
-        from tqdm import tqdm
-
         todo = [it for it in items if len(self.store.has(self.keys(it))) < len(self.keys(it))]
-        with tqdm(total=len(todo), desc="features", unit="item", disable=not progress,
-                  file=sys.stderr, dynamic_ncols=True) as bar:
+        with _bar(len(todo), "features", progress) as bar:
             for chunk in _chunks(todo, ITEMS_PER_BATCH):
                 reqs = [self.grounder.prompts(it.request, it.response) for it in chunk]
                 outs = self.backend.true_false_states(reqs, self.layers)
@@ -197,7 +202,29 @@ class Extractor:
                         rows[k] = Feature(st, s.logprob_true, s.logprob_false)
                 self.store.put(rows)
                 bar.update(len(chunk))
+        return len(todo) + self._run_pairs(items, progress)
+
+    def _run_pairs(self, items: Sequence[CorpusItem], progress: bool) -> int:
+        # The pair read is one short forward with no question: its own pass, so stores
+        # filled before it existed gain it without a full re-extraction.
+        reqs = [it for it in items if it.response is None]
+        have = self.store.has([self.pair_key(it) for it in reqs])
+        todo = [it for it in reqs if self.pair_key(it) not in have]
+        with _bar(len(todo), "pair reads", progress) as bar:
+            for chunk in _chunks(todo, ITEMS_PER_BATCH):
+                outs = self.backend.true_false_states(
+                    [self.grounder.request_end_prompt(it.request) for it in chunk], self.layers)
+                self.store.put({self.pair_key(it): Feature(out.prefix_state, 0.0, 0.0)
+                                for it, out in zip(chunk, outs, strict=True)})
+                bar.update(len(chunk))
         return len(todo)
+
+
+def _bar(total: int, desc: str, progress: bool) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="item", disable=not progress or not total,
+                file=sys.stderr, dynamic_ncols=True)
 
 
 def _chunks(xs: Sequence[Any], n: int) -> Iterator[Sequence[Any]]:

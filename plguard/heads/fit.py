@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from plguard.heads.artefact import FORMAT, encode_vector
+from plguard.heads.artefact import FORMAT, READOUTS, encode_vector
 from plguard.heads.corpus import LICENCES, CorpusItem
 from plguard.heads.features import Extractor
 from plguard.types import PredicateSpec
@@ -119,7 +119,7 @@ def labels_for(policy: Any, items: Sequence[CorpusItem]) -> dict[str, np.ndarray
 
 
 def fit_policy_heads(policy: Any, extractor: Extractor, items: Sequence[CorpusItem],
-                     *, readouts: Sequence[str] = ("question", "prefix"),
+                     *, readouts: Sequence[str] = READOUTS,
                      lodo: bool = True) -> list[PredicateFit]:
     """Fit a head for each predicate of ``policy`` on stored features of ``items``."""
     labels = labels_for(policy, items)
@@ -144,12 +144,16 @@ def _fit_one(spec: PredicateSpec, ex: Extractor, items: Sequence[CorpusItem],
     if block not in qs:
         raise ValueError(f"features of {spec.name}'s question are not extracted")
     qpos = 1 + qs.index(block)
-    keys = [ex.keys(it) for it in sub]
-    feats = ex.store.get([k for row in keys for k in (row[0], row[qpos])])
-    missing = sum(1 for row in keys if row[0] not in feats or row[qpos] not in feats)
+    if want_resp:  # the pair read exists for request predicates only
+        readouts = [r for r in readouts if r != "pair_prefix"]
+    # Each row: prefix state, question state, then (request scope) the pair read.
+    keys = [[(k := ex.keys(it))[0], k[qpos]]
+            + ([ex.pair_key(it)] if "pair_prefix" in readouts else []) for it in sub]
+    feats = ex.store.get([k for row in keys for k in row])
+    missing = sum(1 for row in keys if any(k not in feats for k in row))
     if missing:
         raise ValueError(f"{missing} items lack stored features; run the extraction first")
-    logit = np.array([feats[row[qpos]].logprob_true - feats[row[qpos]].logprob_false
+    logit = np.array([feats[row[1]].logprob_true - feats[row[1]].logprob_false
                       for row in keys])
     res = PredicateFit(spec.name, spec.scope, n_pos, n_neg,
                        _auroc(y, logit) if len(y) else math.nan)
@@ -161,8 +165,8 @@ def _fit_one(spec: PredicateSpec, ex: Extractor, items: Sequence[CorpusItem],
 
     def X_of(readout: str, layer: int) -> np.ndarray:
         j = layers.index(layer)
-        return np.stack([feats[row[0] if readout == "prefix" else row[qpos]].states[j]
-                         for row in keys])
+        slot = {"prefix": 0, "question": 1, "pair_prefix": 2}[readout]
+        return np.stack([feats[row[slot]].states[j] for row in keys])
 
     best = (-1.0, "", -1)
     for r in readouts:

@@ -12,6 +12,7 @@ from typing import Any
 
 from plguard.config import GuardConfig
 from plguard.errors import ConfigError
+from plguard.heads.artefact import READOUTS
 from plguard.heads.corpus import SOURCES, load_corpus
 from plguard.heads.features import Extractor, FeatureStore, default_layers, default_store_path
 from plguard.heads.fit import PredicateFit, fit_policy_heads, heads_document
@@ -23,7 +24,7 @@ class FitOptions:
 
     sources: tuple[str, ...] = SOURCES
     limit_per_source: int | None = None  # a seeded subset of each source (None: all dev)
-    readouts: tuple[str, ...] = ("question", "prefix")
+    readouts: tuple[str, ...] = READOUTS
     lodo: bool = True
     progress: bool = True
 

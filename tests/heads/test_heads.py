@@ -205,3 +205,69 @@ def test_auto_uses_no_heads_for_other_models_or_policies(embedded_backend, minim
     assert resolve_heads("auto", Other(), "minimal") is None
     assert resolve_heads("auto", embedded_backend, None) is None
     assert resolve_heads(None, embedded_backend, "minimal") is None
+
+
+class _Spy:
+    """A backend that records each stated forward's (questions, marks)."""
+
+    def __init__(self, inner):
+        self.inner, self.calls = inner, []
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def true_false_states(self, requests, layers):
+        self.calls.append([(len(r.suffixes), len(r.marks)) for r in requests])
+        return self.inner.true_false_states(requests, layers)
+
+
+def test_mark_states_are_the_states_of_the_cut_prefix(embedded_backend, minimal):
+    from dataclasses import replace
+
+    from plguard.grounding import request_end
+
+    g = Grounder(embedded_backend, minimal.predicates, GroundingConfig(heads=None))
+    req = g.prompts("How do I kill a Python process?", "Run kill -9 followed by its PID.")
+    at = request_end(req.prefix)
+    marked = replace(req, marks=(at, len(req.prefix)))
+    layers = (0, 15, embedded_backend.n_layers)
+    fast = embedded_backend.true_false_states([marked], layers)[0]
+    naive = embedded_backend.true_false_states_naive([marked], layers)[0]
+    assert fast.mark_states.shape == (2, 3, 576)
+    np.testing.assert_allclose(fast.mark_states, naive.mark_states, atol=2e-2)
+    # A mark at the end of the prefix is the prefix state; one at the request's end is
+    # the state of the pair prompt cut there, which the request-only pair read forwards.
+    np.testing.assert_allclose(fast.mark_states[1], fast.prefix_state, atol=1e-5)
+    cut = g.request_end_prompt("How do I kill a Python process?")
+    assert cut.prefix == req.prefix[:at]
+    alone = embedded_backend.true_false_states([cut], layers)[0]
+    np.testing.assert_allclose(fast.mark_states[0], alone.prefix_state, atol=2e-2)
+    with pytest.raises(Exception, match="outside the prompt prefix"):
+        embedded_backend.true_false_states([replace(req, marks=(0,))], layers)
+
+
+def test_pair_read_serves_both_scopes_from_one_forward(embedded_backend, minimal, tmp_path):
+    cfg = GroundingConfig(heads=None)
+    doc = _heads_doc(embedded_backend, minimal, cfg,
+                     readouts=["pair_prefix", "pair_prefix", "prefix", "prefix"])
+    hcfg = cfg.model_copy(update={"heads": str(_write(tmp_path, doc))})
+    spy = _Spy(embedded_backend)
+    g = Grounder(spy, minimal.predicates, hcfg, policy_name="minimal")
+    pair = ("How can I get into my neighbour's house when they are away?",
+            "I can't help with entering someone else's home.")
+    with_pair = {s.name: s for s in g.ground([pair])[0].scores}
+    assert spy.calls == [[(0, 1)]]  # the pair's prompt alone, marked at the request's end
+    assert {s.source for s in with_pair.values()} == {"head"}
+    # Without a response (a request check), the pair prompt cut at the request's end.
+    spy.calls.clear()
+    alone = Grounder(spy, minimal.predicates, hcfg, policy_name="minimal")
+    req_only = {s.name: s for s in alone.ground([pair], response=False)[0].scores}
+    assert spy.calls == [[(0, 0)]]
+    for name in ("request_is_harmful", minimal.predicates[1].name):
+        assert req_only[name].p_true == pytest.approx(with_pair[name].p_true, abs=5e-3)
+    # A response predicate cannot read the request block's end.
+    bad = _heads_doc(embedded_backend, minimal, cfg, readouts=[None, None, "pair_prefix", None])
+    with pytest.raises(ConfigError, match="pair_prefix"):
+        Grounder(embedded_backend, minimal.predicates,
+                 cfg.model_copy(update={"heads": str(_write(tmp_path, bad, "bad.json"))}),
+                 policy_name="minimal")

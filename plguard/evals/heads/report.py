@@ -55,17 +55,19 @@ def predicate_matrix(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
         block = ex.grounder.question_block(spec, spec.question)
         qpos = 1 + ex.questions(spec.scope).index(block)
         src = [prompts[p.prompt_id] if spec.scope == "request" else p for p in pairs]
-        keys = [ex.keys(it) for it in src]
-        feats = ex.store.get([k for row in keys for k in (row[0], row[qpos])])
+        keys = [[(k := ex.keys(it))[0], k[qpos]]
+                + ([ex.pair_key(it)] if spec.scope == "request" else []) for it in src]
+        feats = ex.store.get([k for row in keys for k in row])
         head = heads.heads.get(spec.name) if heads is not None else None
         col = []
         for row in keys:
-            q = feats[row[qpos]]
+            q = feats[row[1]]
             if head is None:
                 col.append(renormalise(q.logprob_true, q.logprob_false))
                 continue
             j = heads.layers.index(head.layer) if heads is not None else 0
-            state = feats[row[0] if head.readout == "prefix" else row[qpos]].states[j]
+            slot = {"prefix": 0, "question": 1, "pair_prefix": 2}[head.readout]
+            state = feats[row[slot]].states[j]
             col.append(head.score(state.astype(np.float64), q.logprob_true - q.logprob_false))
         cols.append(col)
     return np.array(cols, dtype=np.float64).T
