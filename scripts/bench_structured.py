@@ -3,6 +3,7 @@
 For the LLM judge's and the semantic evaluator's JSON schemas, each library (and free
 decoding) generates greedily for the same batch of prompts, built the way the evals build
 them; every output is checked with ``jsonschema`` and new tokens per second are timed.
+The outlines-core row is plguard's own processor (plguard.backends._structured).
 Run: ``OMP_NUM_THREADS=2 python3 scripts/bench_structured.py [--n 8] [--max-new 192]``.
 """
 
@@ -50,7 +51,8 @@ def _xgrammar(backend: TransformersBackend, schema: str, batch: int) -> dict[str
 
     info = xgr.TokenizerInfo.from_huggingface(backend.tokenizer,
                                               vocab_size=backend.model.config.vocab_size)
-    # As plguard.backends._structured compiles it: compact JSON, no free whitespace.
+    # Compact JSON (no free whitespace), as plguard compiled it before outlines-core;
+    # xgrammar is no plguard dependency (vllm brings it): unavailable without vllm.
     compiled = xgr.GrammarCompiler(info).compile_json_schema(schema, any_whitespace=False)
     return {"logits_processor": [xgr.contrib.hf.LogitsProcessor(compiled)]}
 
@@ -67,54 +69,12 @@ def _lmfe(backend: TransformersBackend, schema: str, batch: int) -> dict[str, An
 
 
 def _outlines(backend: TransformersBackend, schema: str, batch: int) -> dict[str, Any]:
-    from outlines_core import Guide, Index, Vocabulary
-    from outlines_core.json_schema import build_regex_from_schema
-    from transformers import LogitsProcessor
+    # What plguard runs (plguard.backends._structured): outlines-core's Index and Guides.
+    from plguard.backends._structured import SchemaConstraint
 
-    dec = {v: k for k, v in _bytes_to_unicode().items()}
-    eos = int(backend.tokenizer.eos_token_id)
-    vocab: dict[bytes, list[int]] = {}
-    special = set(backend.tokenizer.all_special_ids)
-    for tok, i in backend.tokenizer.get_vocab().items():
-        if i in special:
-            continue
-        vocab.setdefault(bytes(dec[c] for c in tok), []).append(i)
-    index = Index(build_regex_from_schema(schema), Vocabulary(eos, vocab))
-    n_vocab = backend.model.config.vocab_size
-
-    class Proc(LogitsProcessor):  # type: ignore[misc]
-        def __init__(self) -> None:
-            self.guides: list[Any] | None = None
-            self.start = 0
-
-        def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-            if self.guides is None:
-                self.guides = [Guide(index) for _ in range(input_ids.shape[0])]
-                self.start = input_ids.shape[1]
-            elif input_ids.shape[1] > self.start:
-                for g, t in zip(self.guides, input_ids[:, -1].tolist(), strict=True):
-                    if not g.is_finished():
-                        g.advance(t)
-            mask = torch.full((scores.shape[0], scores.shape[1]), float("-inf"))
-            for r, g in enumerate(self.guides):
-                allowed = [t for t in g.get_tokens() if t < n_vocab]
-                mask[r, allowed or [eos]] = 0.0
-            return scores + mask.to(scores.dtype)
-
-    return {"logits_processor": [Proc()]}
-
-
-def _bytes_to_unicode() -> dict[int, str]:
-    # GPT-2's byte-level BPE alphabet (transformers 5 no longer exports it).
-    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, (chr(c) for c in cs), strict=True))
+    sc = SchemaConstraint(backend.tokenizer, backend.model.config.vocab_size,
+                          backend._eos_ids())
+    return {"logits_processor": [sc.processor(schema)]}
 
 
 LIBS: dict[str, Callable[[TransformersBackend, str, int], dict[str, Any]] | None] = {

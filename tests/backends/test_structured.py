@@ -1,4 +1,4 @@
-"""JSON-schema-constrained generation: the transformers backend (xgrammar) and the
+"""JSON-schema-constrained generation: the transformers backend (outlines-core) and the
 openai backend's response_format with its fallback for servers that refuse it."""
 
 from __future__ import annotations
@@ -40,6 +40,32 @@ def test_transformers_constrained_output_respects_max_new_tokens(embedded_backen
     g = embedded_backend.generate([JUDGE], GenerationParams(
         max_new_tokens=5, json_schema=json.dumps(SCHEMA)))[0]
     assert g.constrained and g.n_new_tokens == 5 and g.text.startswith("{")
+
+
+def test_vocabulary_bytes_decode_like_the_tokenizer(embedded_backend):
+    from plguard.backends._structured import token_bytes
+
+    tok = embedded_backend.tokenizer
+    table = token_bytes(tok, embedded_backend._eos_ids())
+    by_id = {i: b for b, ids in table.items() for i in ids}
+    assert tok.eos_token_id not in by_id  # only the Guide's end may close an output
+    text = 'Ünïcode “quotes” {"verdict": "safe"}\n\ttabs  and   blanks 🙂'
+    ids = tok.encode(text, add_special_tokens=False)
+    assert b"".join(by_id[i] for i in ids).decode("utf-8") == tok.decode(ids)
+
+
+def test_sentencepiece_tokens_map_their_marker_and_byte_fallback():
+    from plguard.backends._structured import token_bytes
+
+    class SentencePiece:  # a Llama-2-style vocabulary, the other family in use
+        all_special_ids = [0, 1, 2]
+
+        def get_vocab(self):
+            return {"<unk>": 0, "<s>": 1, "</s>": 2, "\u2581the": 3, "re": 4, "<0x0A>": 5,
+                    "<0xE2>": 6, "\u2581": 7}
+
+    assert token_bytes(SentencePiece()) == {b" the": [3], b"re": [4], b"\n": [5],
+                                            b"\xe2": [6], b" ": [7]}
 
 
 def test_a_bad_schema_is_a_clear_error(embedded_backend):
