@@ -274,9 +274,13 @@ class TransformersBackend(TokenizerText):
                                 np.stack([r.answer_states[0] for r in rows]) if want and rows
                                 else None, None)
         n_pre = len(prefix)
+        # Only the suffixes' logits are read: the prefix's over the vocabulary would cost
+        # a tenth of the forward on a small model for nothing.
         pre = self.model(input_ids=torch.tensor([prefix], device=self.device), use_cache=True,
-                         output_hidden_states=want)
+                         logits_to_keep=1, output_hidden_states=want)
         pre_state = _states_at_last(pre.hidden_states, layers)[0] if want else None
+        marks = (self._mark_states(req, prefix, truncated, pre.hidden_states, layers)
+                 if want and req.marks else None)
         base_cache = pre.past_key_values
         scores: list[TFScore] = []
         answer_states: list[Any] = []
@@ -308,7 +312,45 @@ class TransformersBackend(TokenizerText):
             if want:
                 answer_states.append(_states_at_last(out.hidden_states, layers))
         return StatedScores(scores, np.concatenate(answer_states) if answer_states else None,
-                            pre_state)
+                            pre_state, marks)
+
+    def _mark_ids(self, req: TFRequest, mark: int) -> list[int]:
+        if not 0 < mark <= len(req.prefix):
+            raise BackendError(f"state mark {mark} outside the prompt prefix "
+                               f"(1..{len(req.prefix)})")
+        return self.encode(req.prefix[:mark])
+
+    def _mark_states(self, req: TFRequest, prefix: list[int], truncated: bool, hidden: Any,
+                     layers: tuple[int, ...]) -> Any:
+        """``[n_marks, n_layers, d]``: the states a forward over each ``prefix[:mark]`` ends with.
+
+        Read from the prefix forward where the mark's ids begin the prefix's ids; a mark that
+        splits a token the whole prefix merges (or a prefix cut to fit) gets its own forward,
+        so the state is always the one its definition names.
+        """
+        import numpy as np
+        import torch
+
+        out = []
+        for m in req.marks:
+            head = self._mark_ids(req, m)
+            if not truncated and prefix[:len(head)] == head:
+                out.append(torch.stack([hidden[i][0, len(head) - 1] for i in layers])
+                           .float().cpu().numpy())
+            else:
+                out.append(self._last_states(head, layers))
+        return np.stack(out)
+
+    def _last_states(self, ids: list[int], layers: tuple[int, ...]) -> Any:
+        """``[n_layers, d]`` at the last of ``ids`` (head and tail kept when too long)."""
+        import torch
+
+        room = self.max_context
+        if len(ids) > room:
+            ids = ids[:room // 2] + ids[len(ids) - (room - room // 2):]
+        res = self.model(input_ids=torch.tensor([ids], device=self.device), logits_to_keep=1,
+                         output_hidden_states=True)
+        return _states_at_last(res.hidden_states, layers)[0]
 
     def true_false_logprobs_naive(self, requests: Sequence[TFRequest]
                                   ) -> list[list[TFScore]]:
@@ -338,10 +380,12 @@ class TransformersBackend(TokenizerText):
                 ids_tf = self.answer_ids(req.answers)
                 rows = [self._score_ids(prefix + s, truncated, ids_tf, lay) for s in suffixes]
                 pre = self._score_ids(prefix, truncated, ids_tf, lay) if prefix else None
+                marks = (np.stack([self._last_states(self._mark_ids(req, m), lay)
+                                   for m in req.marks]) if lay and req.marks else None)
                 out.append(StatedScores(
                     [r.scores[0] for r in rows],
                     np.concatenate([r.answer_states for r in rows]) if rows else None,
-                    pre.answer_states[0] if pre is not None else None))
+                    pre.answer_states[0] if pre is not None else None, marks))
         return out
 
     def _score_ids(self, ids: list[int], truncated: bool,
