@@ -177,7 +177,7 @@ def test_bundle_window_rules_and_lint(tmp_path):
     pol = load_policy("minimal")
     rules = {p.name: p.windows for p in pol.predicates if p.scope == "response"}
     assert rules == {"response_provides_harmful_instructions": "max", "response_refuses": "first"}
-    for name in ("minimal", "moderate", "detailed", "very_detailed", "one_question"):
+    for name in ("minimal", "moderate", "detailed", "very_detailed", "one_question", "hazards"):
         assert not [f for f in lint(name).findings if f.code == "window-rule-unset"], name
     import shutil
 

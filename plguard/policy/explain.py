@@ -84,8 +84,13 @@ def explain_text(policy: Policy) -> str:
     for p in policy.predicates:
         lines.append(f"  {p.name} [{p.scope}]: {p.description or p.question}")
     lines += ["", "Rules:"]
+    from plguard.categories import NAMES
+
     for r in explain(policy):
         tag = "" if r.queried else " (helper, not queried)"
+        codes = policy.categories.get(r.head, ())
+        if codes:
+            tag += " Category: " + "; ".join(f"{c} {NAMES[c]}" for c in codes) + "."
         lines.append(f"  - {r.text}{tag}")
     return "\n".join(lines)
 
