@@ -174,7 +174,7 @@ def test_prompt_only_sample_has_no_response_gold():
 
 def test_every_bundle_has_a_complete_gold_mapping():
     names = _gold_policies(None)
-    assert names == ["one_question", "minimal", "moderate", "detailed", "very_detailed"]
+    assert names == ["one_question", "minimal", "moderate", "detailed", "hazards", "very_detailed"]
     for n in names:
         g = load_gold(n)
         assert all(r.why for r in g.rules)
