@@ -330,11 +330,13 @@ class EvalConfig(_Strict):
     evaluator_max_new_tokens: int = Field(192, ge=1, description="Semantic evaluator tokens.")
     evaluator_structured: bool = Field(True, description="Constrain the semantic evaluator's "
                                        "output to its JSON schema where the backend supports "
-                                       "structured outputs (vLLM).")
+                                       "structured outputs (vLLM, transformers, openai "
+                                       "servers that accept response_format).")
     judge_max_new_tokens: int = Field(192, ge=1, description="LLM-as-a-judge verdict tokens.")
     judge_structured: bool = Field(True, description="Constrain the LLM judge's output to "
                                    "its JSON schema where the backend supports structured "
-                                   "outputs (vLLM), so its verdicts are not lost to parse "
+                                   "outputs (vLLM, transformers, openai servers that accept "
+                                   "response_format), so its verdicts are not lost to parse "
                                    "failures.")
     bootstrap: int = Field(1000, ge=10, description="Bootstrap resamples for 95% intervals.")
     seed: int = Field(0, description="Seed for bootstraps and sampling.")
