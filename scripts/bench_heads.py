@@ -7,8 +7,9 @@ the real shape, which is all that timing depends on), the same pairs each way:
 
 * zero-shot: today's grounding (every question asked, no hidden states kept);
 * heads (question readout): the same questions, each predicate's P from its head;
-* one read (prefix readout): no question at all, every predicate read from the end of the
-  data block: one forward per scope;
+* one read (prefix readouts): no question at all; response predicates read the end of the
+  data block, request predicates the end of the request block inside the same prompt:
+  one forward per pair;
 * one forward over the pair alone: the response-scope prompt's prefix, forwarded once
   (what one read can at best cost).
 
@@ -51,7 +52,10 @@ def heads_file(backend, policy, readout: str, folder: Path) -> Path:
     ident, rng = backend_identity(backend), np.random.default_rng(0)
     width = backend.model.config.hidden_size
     layer = backend.n_layers // 2
-    preds = {s.name: {"readout": readout, "layer": layer, "mode": "head",
+    # One read: request predicates read the request block's end inside the pair prompt,
+    # so a pair is one forward (pair_prefix); response predicates the data's end (prefix).
+    preds = {s.name: {"readout": "pair_prefix" if readout == "prefix" and s.scope == "request"
+                      else readout, "layer": layer, "mode": "head",
                       "weights": encode_vector(rng.normal(0, 0.02, width)), "bias": 0.0,
                       "platt": {"a": 1.0, "b": 0.0},
                       "question_sha256": main_question_digest(g.question_block(s, s.question))}
@@ -90,15 +94,17 @@ def main() -> None:
         bare = [type(p)(prefix=p.prefix, suffixes=(), answers=p.answers) for p in prefixes]
         times: dict[str, list[float]] = {k: [] for k in [*grounders, "one forward over the pair"]}
         grounders["zero-shot"].ground(pairs[:2])  # warm-up
-        for _ in range(a.repeats):
-            for k, g in grounders.items():
-                g.clear_cache()
+        runs = {**{k: (lambda g=g: (g.clear_cache(), g.ground(pairs)))
+                   for k, g in grounders.items()},
+                "one forward over the pair":
+                    lambda: backend.true_false_states(bare, (backend.n_layers // 2,))}
+        for rep in range(a.repeats):
+            # Each repeat in another order, so drift on a shared machine hits all alike.
+            order = list(runs)[rep % len(runs):] + list(runs)[:rep % len(runs)]
+            for k in order:
                 t = time.perf_counter()
-                g.ground(pairs)
+                runs[k]()
                 times[k].append(time.perf_counter() - t)
-            t = time.perf_counter()
-            backend.true_false_states(bare, (backend.n_layers // 2,))
-            times["one forward over the pair"].append(time.perf_counter() - t)
     med = {k: statistics.median(v) for k, v in times.items()}
     print(f"embedded model ({backend.model_id}), policy {a.policy}, {a.pairs} pairs, "
           f"median of {a.repeats}:")
