@@ -32,11 +32,13 @@ from plguard.types import (
 )
 
 if TYPE_CHECKING:
+    from plguard.moderation import Moderation
     from plguard.policy import Policy, load_policy
 
 __version__ = "0.1.0"
 
-_LAZY = {"Policy": "plguard.policy", "load_policy": "plguard.policy"}
+_LAZY = {"Policy": "plguard.policy", "load_policy": "plguard.policy",
+         "Moderation": "plguard.moderation"}
 
 
 def __getattr__(name: str) -> Any:
@@ -62,6 +64,7 @@ __all__ = [
     "MissingDependencyError",
     "ModelConfig",
     "ModelError",
+    "Moderation",
     "PlguardError",
     "Policy",
     "PolicyError",

@@ -230,6 +230,7 @@ _COMMAND_GROUPS: list[tuple[str, str]] = [
     ("plguard.evals.tools_cli", "add_tools_commands"),
     ("plguard.batchjob.cli", "add_batch_commands"),
     ("plguard.modelcheck_cli", "add_model_commands"),
+    ("plguard.moderation_cli", "add_moderate_commands"),
     ("plguard.heads.cli", "add_heads_commands"),
 ]
 

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from plguard.backends.base import Backend
     from plguard.calibration import Calibration
     from plguard.grounding import Grounder
+    from plguard.moderation import Moderation
     from plguard.policy import Policy
     from plguard.streaming import DraftSource, GuardedStream, StreamEvent, StreamMode
 
@@ -227,6 +228,18 @@ class Guard:
     def check(self, messages: Any, response: str) -> GuardResult:
         """Guard an existing ``response`` to ``messages`` (no draft is generated)."""
         return self.batch([messages], [response])[0]
+
+    def moderate(self, inputs: Any) -> list[Moderation]:
+        """Judge texts or conversations, batched; nothing is generated or repaired.
+
+        ``inputs``: a text, or a list of texts and conversations. A text (or a conversation
+        ending with the user's turn) is scored for the worst answer it could get; a
+        conversation ending with the assistant's turn has that answer judged as
+        :meth:`check` judges it before repairing (see :mod:`plguard.moderation`).
+        """
+        from plguard.moderation import moderate
+
+        return moderate(self, inputs)
 
     def batch(
         self,

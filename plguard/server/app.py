@@ -41,6 +41,7 @@ from plguard.server.batching import (
     GuardUnavailable,
 )
 from plguard.server.errors import ApiError, add_error_handlers
+from plguard.server.moderations import register as register_moderations
 from plguard.server.openapi import error_responses, install_openapi
 from plguard.server.schemas import (
     POLICY_FIELDS,
@@ -188,6 +189,7 @@ def build_app(guard: Guard, settings: ServerConfig | None = None) -> FastAPI:
                        max_body_bytes=settings.max_body_bytes)
     add_error_handlers(app)
     _add_routes(app)
+    register_moderations(app)  # POST /v1/moderations
     install_openapi(app, settings.model_name)
     return app
 

@@ -21,9 +21,10 @@ import collections
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from plguard.errors import BackendDeadError, BackendError
 from plguard.types import Chat, GenerationParams, GuardResult
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from plguard.guard import Guard
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: Batch sizes kept for /health and the load script: the most recent ones only.
 RECENT_SIZES = 1024
@@ -145,6 +147,22 @@ class DynamicBatcher:
         self._pending.append(item)
         self._wakeup.set()
         return await item.future
+
+    async def call(self, fn: Callable[[], T], what: str) -> T:
+        """Run ``fn`` (a Guard call outside ``Guard.batch``) in the batches' worker thread.
+
+        Between batches, since the backends are not written for two threads at once; a
+        failure is logged and raised as for a batch of one (``what`` names it in the log).
+
+        Raises:
+            GuardUnavailable: a backend outage.
+            GuardFailed: ``fn`` raised otherwise (a bug).
+        """
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._executor, fn)
+        except Exception as exc:
+            raise _failure(exc, what) from None
 
     async def aclose(self) -> None:
         """Stop the worker and wait for a batch already in the thread to finish there.

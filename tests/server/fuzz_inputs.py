@@ -20,6 +20,7 @@ from typing import Any
 
 import hypothesis.strategies as st
 
+from plguard.server.moderations import ModerationResponse
 from plguard.server.schemas import (
     ChatCompletion,
     ChatCompletionChunk,
@@ -31,6 +32,7 @@ from plguard.server.schemas import (
 
 CHAT = "/v1/chat/completions"
 CHECK = "/v1/guard/check"
+MODERATIONS = "/v1/moderations"
 MODEL = "plguard"
 
 #: Statuses the OpenAPI schema documents per route, less the 5xx a healthy local guard
@@ -38,6 +40,7 @@ MODEL = "plguard"
 DOCUMENTED_4XX: dict[str, frozenset[int]] = {
     CHAT: frozenset({400, 401, 404, 413, 422}),
     CHECK: frozenset({400, 401, 404, 413, 422}),
+    MODERATIONS: frozenset({400, 401, 404, 413, 422}),
 }
 
 
@@ -196,6 +199,46 @@ def check_body(draw: st.DrawFn) -> dict[str, Any]:
     return body
 
 
+_MOD_MUTATIONS = ["wrong_type", "surrogate", "huge", "model", "policy", "too_many", "mixed",
+                  "media_part", "no_user", "empty"]
+
+
+@st.composite
+def moderation_body(draw: st.DrawFn) -> dict[str, Any]:
+    """A moderations body: a text, texts, a conversation or text parts, then 0-2 mutations."""
+    answered = st.builds(lambda ms, a: [*ms, {"role": "assistant", "content": a}],
+                         messages, text)
+    body: dict[str, Any] = {"input": draw(st.one_of(
+        text, st.lists(text, min_size=1, max_size=4), messages, answered, _text_parts))}
+    if draw(st.booleans()):
+        body["model"] = MODEL
+    for _ in range(draw(st.integers(0, 2))):
+        kind = draw(st.sampled_from(_MOD_MUTATIONS))
+        if kind == "wrong_type":
+            body["input"] = draw(junk)
+        elif kind == "surrogate":
+            body["input"] = draw(st.one_of(surrogate_text, st.lists(surrogate_text,
+                                                                    min_size=1, max_size=2)))
+        elif kind == "huge":
+            body["input"] = draw(huge_text)
+        elif kind == "model":
+            body["model"] = draw(st.one_of(text, st.just("omni-moderation-latest")))
+        elif kind == "policy":
+            body[draw(st.sampled_from(["policy", "thresholds", "plguard"]))] = {"unsafe": 1.0}
+        elif kind == "too_many":
+            body["input"] = ["a text"] * draw(st.sampled_from([17, 100]))
+        elif kind == "mixed":
+            body["input"] = ["a text", {"role": "user", "content": "a message"}]
+        elif kind == "media_part":
+            body["input"] = [{"type": "text", "text": "What is this?"},
+                             draw(st.sampled_from(_PARTS))]
+        elif kind == "no_user":
+            body["input"] = [{"role": "assistant", "content": draw(text)}]
+        else:
+            body["input"] = draw(st.sampled_from([[], None, {}]))
+    return body
+
+
 # Bytes ---------------------------------------------------------------------------------
 def _damage(data: bytes, how: str, at: int) -> bytes:
     cut = at % (len(data) + 1)
@@ -219,9 +262,9 @@ _OTHER_TYPES = ["application/json; charset=utf-8", "text/plain", None,
 
 @st.composite
 def probes(draw: st.DrawFn) -> Probe:
-    """One hostile request to either POST route."""
-    path = draw(st.sampled_from([CHAT, CHAT, CHAT, CHECK]))
-    body = draw(chat_body() if path == CHAT else check_body())
+    """One hostile request to a POST route."""
+    path = draw(st.sampled_from([CHAT, CHAT, CHAT, CHECK, MODERATIONS]))
+    body = draw({CHAT: chat_body, CHECK: check_body, MODERATIONS: moderation_body}[path]())
     data = json.dumps(body).encode()  # ensure_ascii: a lone surrogate goes as \ud800
     label = "json"
     if draw(st.integers(0, 4)) == 0:
@@ -236,7 +279,7 @@ def probes(draw: st.DrawFn) -> Probe:
 
 # The property ------------------------------------------------------------------------
 _OK_MODELS = {"/health": Health, "/v1/models": ModelList, CHAT: ChatCompletion,
-              CHECK: ChatCompletion}
+              CHECK: ChatCompletion, MODERATIONS: ModerationResponse}
 
 
 def check_answer(path: str, status: int, headers: Mapping[str, str], body: bytes,
@@ -253,7 +296,7 @@ def check_answer(path: str, status: int, headers: Mapping[str, str], body: bytes
         assert status in allowed, f"undocumented {status} from {path}: {text[:500]}"
         err = ErrorResponse.model_validate_json(body, strict=True).error
         assert err.message.strip() and err.type and err.code, text
-        if path in (CHAT, CHECK):  # a route's own answer, not a framework's fallback
+        if path in (CHAT, CHECK, MODERATIONS):  # a route's own answer, not a framework's fallback
             assert not err.code.startswith("http_"), text
         return str(status)
     ctype = headers.get("content-type", "")

@@ -35,7 +35,7 @@ from plguard.server import build_app
 from plguard.testing import LiveServer
 from tests.scripted import ScriptedBackend, scripted_p_true, scripted_reply
 
-from .fuzz_inputs import CHAT, CHECK, MODEL, Probe, check_answer, probe, probes
+from .fuzz_inputs import CHAT, CHECK, MODEL, MODERATIONS, Probe, check_answer, probe, probes
 
 schemathesis = pytest.importorskip("schemathesis", reason="fuzz tests need: pip install "
                                    "schemathesis (the dev extra)")
@@ -106,7 +106,7 @@ def scripted_url(scripted_app) -> Iterator[str]:
 
 # Schemathesis -----------------------------------------------------------------------------
 _OPERATIONS = [("GET", "/health"), ("GET", "/v1/models"), ("GET", "/v1/models/{model}"),
-               ("POST", CHAT), ("POST", CHECK)]
+               ("POST", CHAT), ("POST", CHECK), ("POST", MODERATIONS)]
 _CHECKS = ["not_a_server_error", "status_code_conformance", "content_type_conformance",
            "response_schema_conformance", "negative_data_rejection"]
 
@@ -120,12 +120,15 @@ def test_schema_documents_every_route(scripted_app):
     assert set(chat) == {"200", "400", "401", "404", "413", "422", "500", "502", "503"}
     assert set(chat["200"]["content"]) == {"application/json", "text/event-stream"}
     assert "HTTPValidationError" not in str(schema)
+    moderations = schema["paths"][MODERATIONS]["post"]["responses"]
+    assert set(moderations) == {"200", "400", "401", "404", "413", "422", "500", "503"}
 
 
 # Negative cases need input a schema can violate: no GET route has any (the one path
 # parameter is any string).
 _RUNS = [(m, p, "positive") for m, p in _OPERATIONS] + [("POST", CHAT, "negative"),
-                                                          ("POST", CHECK, "negative")]
+                                                          ("POST", CHECK, "negative"),
+                                                          ("POST", MODERATIONS, "negative")]
 
 
 @pytest.mark.parametrize(("method", "path", "mode"), _RUNS)
@@ -202,6 +205,7 @@ def test_hostile_requests_scripted(scripted_url):
     _still_serving(scripted_url)
     seen = tally.outcomes(CHAT) | tally.outcomes(CHECK)
     assert {"200", "200 stream", "400", "404", "413", "422"} <= seen, tally.counts
+    assert {"200", "400", "422"} <= tally.outcomes(MODERATIONS), tally.counts
 
 
 def test_hostile_requests_embedded_model(embedded_backend, minimal_policy):

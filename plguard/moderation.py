@@ -1,0 +1,213 @@
+"""Moderation: judge texts or conversations without generating anything.
+
+:func:`moderate` is what ``Guard.moderate``, ``plguard moderate`` and the server's
+``POST /v1/moderations`` run. Each input is either
+
+- a text (or a conversation whose last turn is not the assistant's): a request with no
+  answer. Only the request-scope predicates are grounded, and each unsafe rule is scored
+  for the *worst answer*: its highest probability over every true/false assignment of the
+  response-scope predicates (:func:`worst_case`). A request is flagged when some answer to
+  it would be unsafe compliance at the unsafe threshold, which is what the request-side
+  predicates of a policy measure; over-refusal needs an answer, so it is not scored.
+- a conversation whose last turn is the assistant's: that answer to the last user message is
+  grounded and decided as ``Guard.check`` does, without repairing it.
+
+Exhaustive over the response predicates because a rule's probability is multilinear in
+each independent predicate's probability: its maximum over the unit cube lies at a vertex,
+so the vertices give the exact worst case, for any program (negations included).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from plguard.decide import decide
+from plguard.errors import InputError
+from plguard.messages import check_text, request_text, to_chat
+from plguard.policy.core import UNSAFE, rule_kind
+from plguard.types import Decision, Grounding, PolicyResult, Scope
+
+if TYPE_CHECKING:
+    from plguard.guard import Guard
+    from plguard.policy import Policy
+
+#: Most response-scope predicates a request-only worst case enumerates (2**N assignments
+#: per request; 4,096 of very_detailed's 12 take ~35 ms).
+MAX_FREE_PREDICATES = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Moderation:
+    """The verdict on one moderated input.
+
+    ``scope`` is ``"request"`` when no answer was judged (``response`` None; the policy
+    result then holds the unsafe queries only, each at its worst-answer probability) and
+    ``"response"`` when the input ended with the assistant answer that was judged.
+    ``flagged``: the decision refuses (an unsafe rule, hence its categories, at threshold).
+    """
+
+    request: str
+    response: str | None
+    scope: Scope
+    flagged: bool
+    grounding: Grounding
+    policy: PolicyResult
+    decision: Decision
+    timings_s: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class _Item:
+    request: str
+    response: str | None
+
+
+def parse_inputs(inputs: Any) -> list[_Item]:
+    """The request (and answer, if any) of each input; InputError names a bad one.
+
+    ``inputs``: one text, or a list whose items are each a text or a conversation (a list
+    of ``{"role", "content"}`` messages).
+    """
+    if isinstance(inputs, str):
+        inputs = [inputs]
+    if not isinstance(inputs, Sequence) or isinstance(inputs, bytes):
+        raise InputError(f"inputs: expected a text or a list of texts and conversations, "
+                         f"got {type(inputs).__name__}")
+    if not inputs:
+        raise InputError("inputs: nothing to moderate; give at least one text")
+    out = []
+    for i, x in enumerate(inputs):
+        where = f"inputs[{i}]"
+        if isinstance(x, str):
+            # An empty text is judged like any other (OpenAI's API answers it too).
+            out.append(_Item(check_text(x, where), None))
+            continue
+        chat = to_chat(x, where)
+        if chat[-1].role == "assistant":
+            out.append(_Item(request_text(chat[:-1]), chat[-1].content))
+        else:
+            out.append(_Item(request_text(chat), None))
+    return out
+
+
+def moderate(guard: Guard, inputs: Any) -> list[Moderation]:
+    """Judge each input (see the module docstring); nothing is generated or repaired."""
+    items = parse_inputs(inputs)
+    policy = guard.policy
+    asked = [i for i, it in enumerate(items) if it.response is None]
+    answered = [i for i, it in enumerate(items) if it.response is not None]
+    if asked:
+        check_request_side(policy)
+    groundings: list[Grounding | None] = [None] * len(items)
+    results: list[PolicyResult | None] = [None] * len(items)
+    spent: dict[int, dict[str, float]] = {i: {} for i in range(len(items))}
+
+    def timed(phase: str, idx: list[int], fn: Any) -> Any:
+        t0 = time.perf_counter()
+        out = fn()
+        for i in idx:
+            spent[i][phase] = (time.perf_counter() - t0) / len(idx)
+        return out
+
+    grounder = guard.grounder
+    if asked:
+        gs = timed("ground", asked, lambda: grounder.ground(
+            [(items[i].request, "") for i in asked], response=False))
+        rs = timed("reason", asked, lambda: worst_case(policy, gs))
+        for i, g, r in zip(asked, gs, rs, strict=True):
+            groundings[i], results[i] = g, r
+    if answered:
+        gs = timed("ground", answered, lambda: grounder.ground(
+            [(items[i].request, items[i].response or "") for i in answered]))
+        rs = timed("reason", answered, lambda: policy.evaluate_batch([g.probs for g in gs]))
+        for i, g, r in zip(answered, gs, rs, strict=True):
+            groundings[i], results[i] = g, r
+    out = []
+    for i, it in enumerate(items):
+        g, r = groundings[i], results[i]
+        assert g is not None and r is not None
+        scope: Scope = "request" if it.response is None else "response"
+        d = _decision(guard, r, g, scope)
+        timings = dict(spent[i])
+        timings["total"] = sum(timings.values())
+        out.append(Moderation(request=it.request, response=it.response, scope=scope,
+                              flagged=d.action == "refuse", grounding=g, policy=r,
+                              decision=d, timings_s=timings))
+    return out
+
+
+def check_request_side(policy: Policy) -> None:
+    """InputError unless ``policy`` can judge a request with no answer."""
+    if not any(p.scope == "request" for p in policy.predicates):
+        raise InputError(f"policy {policy.name} has no request-scope predicate, so it cannot "
+                         "judge a text without an answer; pass a conversation that ends "
+                         "with the assistant's answer, or use a policy with request "
+                         "predicates")
+    free = sum(p.scope == "response" for p in policy.predicates)
+    if free > MAX_FREE_PREDICATES:
+        raise InputError(f"policy {policy.name} has {free} response-scope predicates; a "
+                         f"request alone is scored over every answer for at most "
+                         f"{MAX_FREE_PREDICATES}")
+
+
+def worst_case(policy: Policy, groundings: Sequence[Grounding]) -> list[PolicyResult]:
+    """Each unsafe query's probability for the worst answer, from request-side groundings.
+
+    ``groundings`` hold (at least) every request-scope predicate; the response-scope ones
+    are set to each true/false assignment in turn and every unsafe query keeps its highest
+    probability. The result holds the unsafe rules and the unsafe aggregate only.
+    """
+    names = list(policy.predicate_names)
+    free = [n for n, p in zip(names, policy.predicates, strict=True) if p.scope == "response"]
+    cols = [names.index(n) for n in free]
+    vertices = np.array(list(itertools.product((0.0, 1.0), repeat=len(free))),
+                        dtype=np.float64).reshape(-1, len(free))
+    keep = [q for q in policy.queries if q == UNSAFE or rule_kind(q) == "unsafe"]
+    out = []
+    for g in groundings:
+        probs = g.probs
+        missing = [n for n in names if n not in free and n not in probs]
+        if missing:
+            raise InputError(f"no grounded probability for request predicate "
+                             f"'{missing[0]}'")
+        row = np.array([probs.get(n, 0.0) for n in names], dtype=np.float64)
+        m = np.tile(row, (len(vertices), 1))
+        m[:, cols] = vertices
+        values = policy.evaluate_matrix(m, names)
+        out.append(PolicyResult(policy=policy.id,
+                                probs={q: float(values[q].max()) for q in keep}))
+    return out
+
+
+def _decision(guard: Guard, result: PolicyResult, grounding: Grounding,
+              scope: Scope) -> Decision:
+    policy = guard.policy
+    if scope == "response":
+        return guard._decide(result, grounding)  # exactly as Guard.check decides
+    # No answer, so no over-refusal: only the unsafe side is compared.
+    d = decide(result, policy.unsafe_rules, (), guard.thresholds, policy.categories)
+    if grounding.screen:
+        kinds = ", ".join(dict.fromkeys(f.kind for f in grounding.screen))
+        if guard.config.grounding.screen == "refuse":
+            return replace(d, action="refuse",
+                           reason=f"text addressed to the guard ({kinds}) in the data "
+                           "(grounding.screen = refuse): refuse")
+        d = replace(d, reason=f"{d.reason} [text addressed to the guard ({kinds}) was "
+                    "removed before grounding]")
+    return d
+
+
+def category_key(name: str) -> str:
+    """A category name as an API key: ``Suicide & Self-Harm`` is ``suicide_and_self_harm``."""
+    words = name.lower().replace("&", " and ").replace("-", " ").replace("/", " ").split()
+    return "_".join(words)
+
+
+__all__ = ["MAX_FREE_PREDICATES", "Moderation", "category_key", "check_request_side", "moderate",
+           "parse_inputs", "worst_case"]
