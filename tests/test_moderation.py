@@ -107,3 +107,15 @@ def test_cli_moderate_errors_are_clear():
     out = _cli("moderate", "a", "b", "--response", "c")
     assert out.returncode == 2 and "--response answers one TEXT; got 2" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_category_keys_are_the_api_contract():
+    from plguard.categories import CODES, NAMES
+    from plguard.moderation import category_key
+
+    keys = {c: category_key(NAMES[c]) for c in CODES}
+    assert len(set(keys.values())) == len(CODES)
+    assert all(k.replace("_", "").isalpha() and k.islower() for k in keys.values())
+    assert (keys["S1"], keys["S2"], keys["S11"], keys["X1"], keys["X2"]) == (
+        "violent_crimes", "non_violent_crimes", "suicide_and_self_harm", "misinformation",
+        "over_reliance")
