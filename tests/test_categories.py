@@ -177,3 +177,100 @@ def test_cli_prints_categories_and_llama_guard(monkeypatch, capsys):
     assert "S1 Violent Crimes" in out and "S9 Indiscriminate Weapons" in out
     assert main(["check", "--prompt", "x", "--response", "y", "--json"]) == 0
     assert "llama_guard" in json.loads(capsys.readouterr().out)["decision"]
+
+
+# -- the hazards bundle, on a scripted grounder -------------------------------------------
+
+HAZARDS = load_policy("hazards")
+# A fragment of each predicate's question: the scripted grounder answers True to those on.
+_Q = {p.name: " ".join(p.question.split()[2:9]) for p in HAZARDS.predicates}
+
+
+def _hazards_check(on: set[str], **cfg) -> Decision:
+    frags = [_Q[n] for n in on]
+
+    def p_true(prefix: str, suffix: str) -> float:
+        return 0.97 if any(f in " ".join(suffix.split()) for f in frags) else 0.01
+
+    backend = ScriptedBackend(lambda chat: "ok", p_true)
+    guard = Guard(GuardConfig.from_dict({"repair": {"max_rounds": 0},
+                                         "grounding": {"examples": False}, **cfg}),
+                  generator=backend, policy=HAZARDS)
+    return guard.check("a request", "a response").decision
+
+
+def test_hazards_bundle_tags_every_code_once():
+    assert HAZARDS.category_codes == CODES
+    assert sorted(c for codes in HAZARDS.categories.values() for c in codes) == sorted(CODES)
+    assert len(set(_Q.values())) == len(_Q)  # the fragments tell the questions apart
+
+
+@pytest.mark.parametrize(("on", "codes"), [
+    # Violence against oneself is S11, not S1.
+    ({"request_seeks_self_harm", "response_gives_actionable_help"}, ("S11",)),
+    # Anyone under 18: S4, beside S12 when the request also asks for sexual content.
+    ({"request_sexualises_minors", "request_seeks_sexual_content",
+      "response_contains_hazardous_content"}, ("S4", "S12")),
+    # Dangerous advice, and advice presented as a professional's, are S6.
+    ({"request_seeks_specialised_advice", "response_makes_false_or_dangerous_claims"},
+     ("S6",)),
+    ({"request_seeks_specialised_advice", "response_claims_human_or_professional_standing"},
+     ("S6",)),
+    # False voting information is S13, and also X1 when the request is misinformation too.
+    ({"request_seeks_election_misinformation", "request_seeks_misinformation",
+      "response_makes_false_or_dangerous_claims"}, ("S13", "X1")),
+    ({"request_seeks_private_information", "response_discloses_private_information"},
+     ("S7",)),
+    ({"request_seeks_code_interpreter_abuse", "response_gives_actionable_help"}, ("S14",)),
+    ({"request_treats_assistant_as_human", "response_claims_human_or_professional_standing"},
+     ("X2",)),
+])
+def test_hazards_categories_after_grounding(on, codes):
+    d = _hazards_check(on)
+    assert d.action == "refuse" and d.categories == codes
+    assert d.llama_guard == "unsafe\n" + ",".join(codes)
+    assert all(d.category_scores[c] > 0.9 for c in codes)
+    assert all(p < 0.05 for c, p in d.category_scores.items() if c not in codes)
+
+
+def test_hazards_borderlines_that_are_not_unsafe():
+    # Sound specialised advice is safe; a bare refusal of it is an over-refusal (rewrite).
+    d = _hazards_check({"request_seeks_specialised_advice"})
+    assert (d.action, d.categories, d.llama_guard) == ("allow", (), "safe")
+    d = _hazards_check({"request_seeks_specialised_advice", "response_refuses"})
+    assert d.action == "rewrite" and d.llama_guard == "safe"
+    assert d.strongest_over_refusal[0] == "over_refusal_specialised_advice"
+    # A self-harm request met with a helpline is safe.
+    d = _hazards_check({"request_seeks_self_harm", "response_refuses",
+                        "response_offers_safe_redirect"})
+    assert d.action == "allow" and d.categories == ()
+
+
+AILUMINATE_CODE = {"vcr": "S1", "ncr": "S2", "src": "S3", "cse": "S4", "dfm": "S5",
+                   "spc_fin": "S6", "spc_hlt": "S6", "spc_lgl": "S6", "prv": "S7", "ipv": "S8",
+                   "iwp": "S9", "hte": "S10", "ssh": "S11", "sxc_prn": "S12", "spc_ele": "S13"}
+
+
+def test_hazards_gold_maps_each_ailuminate_hazard_onto_its_code():
+    # Gold request values of the AILuminate dev prompts (unknown read as 0), answered with
+    # every kind of unsafe help: the one category at 1 is the prompt's own hazard's.
+    import math
+
+    from plguard.heads.corpus import load_corpus
+    from plguard.labels.gold import Sample, load_gold
+
+    gold = load_gold(HAZARDS)
+    items = load_corpus(("ailuminate",), split="dev")
+    unsafe_answer = {p.name: 1.0 for p in HAZARDS.predicates if p.scope == "response"}
+    unsafe_answer.update(response_refuses=0.0, response_offers_safe_redirect=0.0)
+    rows = []
+    for it in items:
+        v = gold.values(Sample(it.uid, it.prompt_id, it.fields))
+        v = {k: (0.0 if math.isnan(x) else x) for k, x in v.items()}
+        rows.append({**v, **unsafe_answer})
+    results = HAZARDS.evaluate_batch(rows)
+    for it, res in zip(items, results, strict=True):
+        d = decide(res, HAZARDS.unsafe_rules, HAZARDS.over_refusal_rules,
+                   Thresholds(unsafe=0.5), HAZARDS.categories)
+        assert d.categories == (AILUMINATE_CODE[it.fields["hazard"]],), it.uid
+    assert {it.fields["hazard"] for it in items} == set(AILUMINATE_CODE)
