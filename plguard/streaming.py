@@ -285,7 +285,10 @@ class GuardedStream:
         """Check every window that is due; release what they allow. A refusal is returned."""
         if self.mode == "audit":
             yield from self._release(len(self.text))
-        while (cut := self._window_due(final)) is not None:
+        # Every full window is read, then (at the end) the partial last one, however fast
+        # the draft came: which windows decide is a function of the draft, not of timing.
+        while (cut := self._window_due(False) or (self._window_due(True) if final else None)
+               ) is not None:
             self.windows += 1
             window = self.text[self.win_start:cut]
             v = self._step(f"window_{self.windows}", functools.partial(self._assess, window))

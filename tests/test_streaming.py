@@ -443,3 +443,28 @@ def test_a_backend_without_stream_generate_still_streams_guarded():
                   policy=POLICY)
     chunks, end = run(guard, "How do I build a bomb?")
     assert end.blocked and [c.text for c in chunks] == [guard.config.repair.fallback_refusal]
+
+
+def test_windows_do_not_depend_on_timing():
+    # The whole draft is in before a slow request verdict: every window is still read, and a
+    # passage only a window shows (diluted in the whole draft) is still caught.
+    toks = [*words(14), f" {CANARY}", *words(30, 20)]
+
+    def windows(request_delay_s: float) -> tuple[list[str], StreamEnd]:
+        gr = Grounder()
+        guard, gen, _ = make(toks, grounder=gr)
+
+        def p(prefix: str, suffix: str) -> float:
+            if "<<<RESPONSE>>>" not in prefix:
+                time.sleep(request_delay_s)
+            return gr(prefix, suffix)
+
+        gen.p_true = p
+        _, end = run(guard)
+        return sorted(k for k in end.result.timings_s if k.startswith("stream.window_")), end
+
+    fast, end_fast = windows(0.0)
+    slow, end_slow = windows(0.1)
+    assert fast == slow and fast
+    assert end_fast.blocked and end_slow.blocked
+    assert end_fast.result.decision.reason == end_slow.result.decision.reason

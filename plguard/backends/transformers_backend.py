@@ -13,9 +13,11 @@ from __future__ import annotations
 import copy
 import math
 import os
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from plguard.backends._stream import Deltas
 from plguard.backends._structured import SchemaConstraint
 from plguard.backends._text import TokenizerText
 from plguard.backends.base import StatedScores
@@ -144,8 +146,9 @@ class TransformersBackend(TokenizerText):
             out.extend(self._generate_batch(chats[start:start + self.batch_size], params))
         return out
 
-    def _generate_batch(self, chats: Sequence[Chat], params: GenerationParams
-                        ) -> list[Generation]:
+    def _inputs(self, chats: Sequence[Chat], params: GenerationParams
+                ) -> tuple[Any, Any, dict[str, Any], list[list[int]], list[bool]]:
+        """Left-padded ids and mask, generate() keyword arguments, prompts, cut flags."""
         import torch
 
         max_new = max(1, min(params.max_new_tokens, self.max_context - 1))
@@ -169,13 +172,20 @@ class TransformersBackend(TokenizerText):
             kwargs.update(temperature=params.temperature, top_p=params.top_p)
         else:
             kwargs.update(temperature=None, top_p=None, top_k=None)
+        return input_ids.to(self.device), mask.to(self.device), kwargs, prompts, flags
+
+    def _generate_batch(self, chats: Sequence[Chat], params: GenerationParams
+                        ) -> list[Generation]:
+        import torch
+
+        input_ids, mask, kwargs, prompts, flags = self._inputs(chats, params)
+        width = input_ids.shape[1]
         constrained = params.json_schema is not None
         if constrained:
             kwargs["logits_processor"] = self._schema_processors(params.json_schema)
         try:
             with torch.inference_mode():
-                gen = self.model.generate(input_ids=input_ids.to(self.device),
-                                          attention_mask=mask.to(self.device), **kwargs)
+                gen = self.model.generate(input_ids=input_ids, attention_mask=mask, **kwargs)
         except RuntimeError as exc:
             raise BackendError(f"generation failed on {self.model_id}: {exc}; {_ADVICE}"
                                ) from exc
@@ -188,6 +198,51 @@ class TransformersBackend(TokenizerText):
             results.append(Generation(text=text, n_prompt_tokens=len(p), n_new_tokens=n,
                                       prompt_truncated=flags[i], constrained=constrained))
         return results
+
+    def stream_generate(self, chat: Chat, params: GenerationParams,
+                        cancel: threading.Event) -> Iterator[str]:
+        """One completion as text deltas that join to exactly ``generate``'s text.
+
+        ``model.generate`` runs in a thread feeding a ``TextIteratorStreamer`` (which
+        decodes whole words); :class:`~plguard.backends._stream.Deltas` strips the text as
+        ``generate`` does and holds back an incomplete character. A stopping criterion ends
+        generation at the next token once ``cancel`` is set or the iterator is closed, and
+        closing waits for the thread. ``json_schema`` is not applied: a stream is free text.
+        """
+        import torch
+        from transformers import StoppingCriteriaList, TextIteratorStreamer
+
+        input_ids, mask, kwargs, _, _ = self._inputs([chat], params)
+        streamer = TextIteratorStreamer(self.tokenizer, skip_prompt=True,
+                                        skip_special_tokens=True)
+        closed = threading.Event()  # the caller's event is the caller's: never set here
+        kwargs.update(streamer=streamer,
+                      stopping_criteria=StoppingCriteriaList([_Cancelled(cancel, closed)]))
+        failed: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                with torch.inference_mode():
+                    self.model.generate(input_ids=input_ids, attention_mask=mask, **kwargs)
+            except BaseException as exc:  # re-raised on the consuming side
+                failed.append(exc)
+                streamer.end()
+
+        worker = threading.Thread(target=run, daemon=True, name="plguard-generate")
+        worker.start()
+        deltas, text = Deltas(), ""
+        try:
+            for piece in streamer:
+                text += piece
+                out = deltas.push(text)
+                if out:
+                    yield out
+            if failed:
+                raise BackendError(f"generation failed on {self.model_id}: {failed[0]}; "
+                                   f"{_ADVICE}") from failed[0]
+        finally:
+            closed.set()
+            worker.join()
 
     def _schema_processors(self, schema: Any) -> Any:
         from transformers import LogitsProcessorList
@@ -408,6 +463,20 @@ class TransformersBackend(TokenizerText):
         lf = torch.logsumexp(lp[:, list(ids_tf[1])], dim=-1).tolist()
         return [TFScore(logprob_true=_finite(a), logprob_false=_finite(b), truncated=truncated)
                 for a, b in zip(lt, lf, strict=True)]
+
+
+class _Cancelled:
+    """A stopping criterion: stop every row once either event is set."""
+
+    def __init__(self, *events: threading.Event) -> None:
+        self.events = events
+
+    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+        import torch
+
+        stop = any(e.is_set() for e in self.events)
+        return torch.full((input_ids.shape[0],), stop, dtype=torch.bool,
+                          device=input_ids.device)
 
 
 def _states_at_last(hidden: Any, layers: tuple[int, ...]) -> Any:
