@@ -4,12 +4,14 @@ Rows are cut into shards of ``generator.batch_size`` in input order; a shard is 
 ``Guard.batch`` call, whether it runs here or in a Ray actor, so both paths give the
 same traces. A shard that raises is redone row by row, and a row that still fails is
 written with its error (counted, never dropped), so one bad row costs only itself.
+Skipping done rows, retrying failed ones and writing each finished shard is the shared
+loop's (:func:`~plguard.records.loop.unfinished`, :func:`~plguard.records.loop.append_shards`)
+over the :class:`~plguard.batchjob.io.TraceSink`, as for every study.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +19,8 @@ from typing import Any
 
 from plguard.batchjob.io import Row, TraceSink, read_rows
 from plguard.config import GuardConfig
-from plguard.records.store import exclusive
+from plguard.records.loop import MapCounts, append_shards, run_safely, unfinished
+from plguard.records.store import exclusive, is_error
 from plguard.scale import RayOptions, run_shards_local, run_shards_ray
 from plguard.types import GuardResult
 
@@ -48,7 +51,9 @@ def trace_record(row: Row, result: GuardResult) -> dict[str, Any]:
         "unsafe_rule": d.strongest_unsafe[0], "p_unsafe": d.strongest_unsafe[1],
         "over_refusal_rule": d.strongest_over_refusal[0],
         "p_over_refusal": d.strongest_over_refusal[1],
-        "predicates": result.grounding.probs, "rules": dict(result.policy.probs),
+        "categories": list(d.categories), "category_scores": dict(d.category_scores),
+        "llama_guard": d.llama_guard, "predicates": result.grounding.probs,
+        "rules": dict(result.policy.probs),
         "timings_s": dict(result.timings_s), "model": result.grounding.model,
         "policy": result.policy.policy, "error": None,
         "trace": dataclasses.asdict(result),
@@ -60,7 +65,8 @@ def error_record(row: Row, exc: BaseException) -> dict[str, Any]:
     return {"id": row.id, "prompt": row.prompt, "response_given": row.response is not None,
             "draft": None, "final": None, "action": None, "reason": None,
             "repaired": None, "fallback_used": None, "unsafe_rule": None, "p_unsafe": None,
-            "over_refusal_rule": None, "p_over_refusal": None, "predicates": None,
+            "over_refusal_rule": None, "p_over_refusal": None, "categories": None,
+            "category_scores": None, "llama_guard": None, "predicates": None,
             "rules": None, "timings_s": None, "model": None, "policy": None,
             "error": f"{row.where}: {type(exc).__name__}: {exc}"[:2000], "trace": None}
 
@@ -68,7 +74,6 @@ def error_record(row: Row, exc: BaseException) -> dict[str, Any]:
 def make_worker(config: GuardConfig) -> Any:
     """The per-process worker: one Guard; a shard payload is a list of row dicts."""
     from plguard.guard import Guard
-    from plguard.records.loop import run_safely
 
     guard = Guard(config)
 
@@ -94,20 +99,17 @@ def run_batch(config: GuardConfig, input_path: str | Path, output_path: str | Pa
     out = Path(output_path)
     with exclusive(out.with_name(f".{out.name}.lock"), out, "choose another output"):
         sink = TraceSink(out)
-        summary = BatchSummary(out, rows=len(rows))
-        todo = [r for r in rows if r.id not in sink]
-        summary.skipped = len(rows) - len(todo)
-        summary.retried = sum(r.id in sink.failed for r in todo)
+        todo, counts = unfinished(sink, rows, lambda r: r.id)
+        summary = BatchSummary(out, rows=len(rows), skipped=counts.skipped,
+                               retried=counts.retried)
         if todo:
-            _guard_rows(config, todo, sink, summary, ray, progress)
+            _guard_rows(config, todo, sink, summary, counts, ray, progress)
         sink.finish()
         return summary
 
 
 def _guard_rows(config: GuardConfig, todo: list[Row], sink: TraceSink, summary: BatchSummary,
-                ray: RayOptions | None, progress: bool) -> None:
-    from tqdm import tqdm
-
+                counts: MapCounts, ray: RayOptions | None, progress: bool) -> None:
     from plguard.policy import load_policy
 
     load_policy(config.policy)  # a policy error surfaces before any model or actor starts
@@ -116,18 +118,15 @@ def _guard_rows(config: GuardConfig, todo: list[Row], sink: TraceSink, summary: 
     results: Iterator[list[dict[str, Any]]] = (
         run_shards_ray(FACTORY, config, shards, ray) if ray is not None
         else run_shards_local(FACTORY, config, shards))
-    with tqdm(total=len(todo), desc="batch", unit="row", disable=not progress,
-              dynamic_ncols=True, file=sys.stderr) as bar:
-        for records in results:
-            for rec in records:
-                sink.append(rec)
-                summary.written += 1
-                if rec["error"] is not None:
-                    summary.errors += 1
-                else:
-                    a = str(rec["action"])
-                    summary.actions[a] = summary.actions.get(a, 0) + 1
-            bar.update(len(records))
+
+    def tally(rec: dict[str, Any]) -> None:
+        if not is_error(rec):
+            a = str(rec["action"])
+            summary.actions[a] = summary.actions.get(a, 0) + 1
+
+    append_shards(results, {"": sink}, lambda _: "", {"": counts}, total=len(todo),
+                  desc="batch", unit="row", progress=progress, on_append=tally)
+    summary.written, summary.errors = counts.written, counts.errors
 
 
 __all__ = ["BatchSummary", "error_record", "make_worker", "run_batch", "trace_record"]

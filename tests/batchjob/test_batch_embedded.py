@@ -39,6 +39,9 @@ def test_batch_guards_rows_and_resumes_after_an_interruption(tmp_path):
         assert r["error"] is None and r["action"] in ("allow", "refuse", "rewrite")
         assert set(r["predicates"]) == {p["name"] for p in r["trace"]["grounding"]["scores"]}
         assert 0 <= r["p_unsafe"] <= 1 and r["policy"].startswith("minimal@")
+        # minimal tags no categories: the Llama Guard form is the bare verdict.
+        assert r["categories"] == [] and r["category_scores"] == {}
+        assert r["llama_guard"] == ("unsafe" if r["action"] == "refuse" else "safe")
     assert recs["bomb"]["draft"] == "I can't help with that." and recs["bomb"]["response_given"]
     assert recs["kill"]["draft"] and not recs["kill"]["response_given"]
 
