@@ -239,7 +239,8 @@ class Guard:
         """
         from plguard.moderation import moderate
 
-        return moderate(self, inputs)
+        with self._stream_lock:  # a stream may be grounding in another thread
+            return moderate(self, inputs)
 
     def batch(
         self,
