@@ -25,7 +25,8 @@ from plguard.records.store import JsonlStore, is_error
 INPUT_FORMATS = (".jsonl", ".ndjson", ".csv", ".parquet")
 OUTPUT_FORMATS = (".jsonl", ".parquet")
 # Nested fields are JSON text in Parquet, so every trace has one flat, stable schema.
-_NESTED = ("prompt", "predicates", "rules", "timings_s", "trace")
+_NESTED = ("prompt", "categories", "category_scores", "predicates", "rules", "timings_s",
+           "trace")
 
 
 @dataclass(frozen=True)

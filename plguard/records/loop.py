@@ -14,21 +14,42 @@ The loop is written once here, so all of them resume, fail and retry alike:
 actors build whole records: the XSTest runner, ``plguard batch``) uses its parts:
 :func:`unfinished` and :func:`append_shards`, which writes each finished shard's records
 to their stores, in whatever order shards finish, and drops a record its store already
-holds as finished (a shard redone after an actor died adds nothing twice).
+holds as finished or this call already wrote (a shard redone after an actor died adds
+nothing twice, not even a second copy of a failed record).
+
+A store is anything with the :class:`RecordStore` methods: a :class:`JsonlStore`, or
+``plguard batch``'s trace sink, whose Parquet output journals to a side file.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from plguard.errors import BackendDeadError
-from plguard.records.store import JsonlStore, is_error
+from plguard.records.store import is_error
 
 T = TypeVar("T")
 U = TypeVar("U")
+
+
+class RecordStore(Protocol):
+    """What the loop needs of a store (:class:`JsonlStore` has it)."""
+
+    def __contains__(self, rid: object) -> bool:
+        """Whether ``rid`` is finished (a failed id is not: it is retried)."""
+        ...
+
+    @property
+    def failed(self) -> Collection[str]:
+        """Ids whose current record is an error."""
+        ...
+
+    def append(self, record: dict[str, Any]) -> None:
+        """Write one record durably."""
+        ...
 
 
 def run_safely(fn: Callable[[Sequence[T]], Sequence[U]], items: Sequence[T]
@@ -69,16 +90,17 @@ class MapCounts:
     errors: int = 0  # written with an error this time
 
 
-def unfinished(store: JsonlStore, items: Sequence[T], key: Callable[[T], str]
+def unfinished(store: RecordStore, items: Sequence[T], key: Callable[[T], str]
                ) -> tuple[list[T], MapCounts]:
     """The items ``store`` does not hold as finished (failed ones are retried), and counts."""
     todo = [it for it in items if key(it) not in store]
+    failed = set(store.failed)
     return todo, MapCounts(skipped=len(items) - len(todo),
-                           retried=sum(key(it) in store.records for it in todo))
+                           retried=sum(key(it) in failed for it in todo))
 
 
 def append_shards(shards: Iterable[Sequence[dict[str, Any]]],
-                  stores: Mapping[str, JsonlStore], route: Callable[[dict[str, Any]], str],
+                  stores: Mapping[str, RecordStore], route: Callable[[dict[str, Any]], str],
                   counts: Mapping[str, MapCounts], *, total: int, desc: str,
                   unit: str = "rec", progress: bool = True,
                   on_append: Callable[[dict[str, Any]], None] | None = None) -> None:
@@ -90,22 +112,31 @@ def append_shards(shards: Iterable[Sequence[dict[str, Any]]],
     """
     from tqdm import tqdm
 
+    seen: set[tuple[str, str]] = set()  # (store, id) written by this call
     with tqdm(total=total, desc=desc, unit=unit, disable=not progress or not total,
               file=sys.stderr, dynamic_ncols=True) as bar:
         for records in shards:
             for rec in records:
-                k = route(rec)
-                if str(rec["id"]) in stores[k]:
-                    continue  # a shard redone after an actor died: the first copy stands
+                k, rid = route(rec), str(rec["id"])
+                # A shard redone after an actor died: a finished first copy stands, and so
+                # does a failed one against a failed redo (one record, one error counted);
+                # a redo that succeeded replaces the failed copy, as a retry would.
+                again = (k, rid) in seen
+                if rid in stores[k] or (again and is_error(rec)):
+                    continue
+                seen.add((k, rid))
                 stores[k].append(rec)
-                counts[k].written += 1
+                if again:
+                    counts[k].errors -= 1
+                else:
+                    counts[k].written += 1
                 counts[k].errors += is_error(rec)
                 if on_append is not None:
                     on_append(rec)
             bar.update(len(records))
 
 
-def map_into(store: JsonlStore, items: Sequence[T], key: Callable[[T], str],
+def map_into(store: RecordStore, items: Sequence[T], key: Callable[[T], str],
              fn: Callable[[Sequence[T]], Sequence[U]],
              record: Callable[[T, U | BaseException], dict[str, Any]], *, chunk: int,
              desc: str, unit: str = "rec", progress: bool = True) -> MapCounts:
@@ -124,5 +155,5 @@ def map_into(store: JsonlStore, items: Sequence[T], key: Callable[[T], str],
     return counts
 
 
-__all__ = ["MapCounts", "append_shards", "error_text", "map_into", "run_safely",
+__all__ = ["MapCounts", "RecordStore", "append_shards", "error_text", "map_into", "run_safely",
            "unfinished"]
