@@ -111,6 +111,8 @@ def test_conversation_grounds_the_answer(served):
     checked = served.guard.check(CONVERSATION[:1], CONVERSATION[1]["content"])
     assert info["rules"] == pytest.approx(dict(checked.policy.probs))
     assert info["action"] == checked.decision.action
+    assert info["codes"] == list(checked.decision.categories)
+    assert info["code_scores"] == pytest.approx(dict(checked.decision.category_scores))
     assert r.flagged == (checked.decision.action == "refuse")
     # Ending with the user's turn, a conversation is a request: its last user message.
     asked = client.moderations.create(  # type: ignore[arg-type]
