@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -303,27 +303,25 @@ class Guard:
 
     def _decide(self, result: PolicyResult, grounding: Grounding) -> Decision:
         d = decide(result, self.policy.unsafe_rules, self.policy.over_refusal_rules,
-                   self.thresholds)
+                   self.thresholds, self.policy.categories)
         if grounding.screen:
             kinds = ", ".join(dict.fromkeys(f.kind for f in grounding.screen))
             if self.config.grounding.screen == "refuse":
-                return Decision("refuse", d.strongest_unsafe, d.strongest_over_refusal,
-                                f"text addressed to the guard ({kinds}) in the data "
-                                "(grounding.screen = refuse): refuse")
-            d = Decision(d.action, d.strongest_unsafe, d.strongest_over_refusal,
-                         f"{d.reason} [text addressed to the guard ({kinds}) was removed "
-                         "before grounding]")
+                return replace(d, action="refuse",
+                               reason=f"text addressed to the guard ({kinds}) in the data "
+                               "(grounding.screen = refuse): refuse")
+            d = replace(d, reason=f"{d.reason} [text addressed to the guard ({kinds}) was "
+                        "removed before grounding]")
         if not any(s.unseen for s in grounding.scores):
             return d
         # Windowing is off and the response did not fit: its middle was never read.
         if self.config.grounding.unseen == "refuse":
-            return Decision("refuse", d.strongest_unsafe, d.strongest_over_refusal,
-                            "the response is longer than grounding.max_data_tokens and "
-                            "windowing is off, so its middle was not read (grounding.unseen "
-                            "= refuse): refuse")
-        return Decision(d.action, d.strongest_unsafe, d.strongest_over_refusal,
-                        d.reason + " [response cut to fit: its unseen middle was scored at "
-                        "each predicate's prior]")
+            return replace(d, action="refuse",
+                           reason="the response is longer than grounding.max_data_tokens and "
+                           "windowing is off, so its middle was not read (grounding.unseen "
+                           "= refuse): refuse")
+        return replace(d, reason=d.reason + " [response cut to fit: its unseen middle was "
+                       "scored at each predicate's prior]")
 
     def _repair_loop(self, job: _RepairJob, drafts: list[str], decisions: list[Decision],
                      results: list[PolicyResult]) -> list[_Track]:
