@@ -112,8 +112,8 @@ class Guard:
             grounder = self.generator if same else owned[-1]
         self._owned = owned
         self._closed = False
-        # Streams ground from worker threads; the grounder (its memo, its cache) is used by
-        # one step at a time.
+        # Streams ground from worker threads beside batch calls (the server's batcher); the
+        # grounder (its request memo, its cache) serves one of them at a time.
         self._stream_lock = threading.RLock()
         self.grounder_backend = grounder
         self.grounder: Grounder = Grounder(grounder, self.policy.predicates, self.config.grounding,
@@ -293,8 +293,9 @@ class Guard:
     def _assess(
         self, clock: _Clock, idx: list[int], reqs: Sequence[str], answers: Sequence[str]
     ) -> tuple[list[Grounding], list[PolicyResult], list[Decision]]:
-        groundings = clock.run("ground", idx, lambda: self.grounder.ground(
-            [(reqs[k], answers[k]) for k in range(len(idx))]))
+        with self._stream_lock:
+            groundings = clock.run("ground", idx, lambda: self.grounder.ground(
+                [(reqs[k], answers[k]) for k in range(len(idx))]))
         results = clock.run("reason", idx, lambda: self.policy.evaluate_batch(
             [g.probs for g in groundings]))
         decisions = clock.run("decide", idx, lambda: [
