@@ -17,6 +17,7 @@ from plguard.evals.tuning.sweep import SweepData, best_thresholds, load_source, 
 from plguard.grounding import Grounder, load_calibration
 from plguard.labels.xstest import load_completions, load_prompts
 from plguard.policy import load_policy
+from plguard.records.store import read_jsonl
 from plguard.types import PolicyResult
 from tests.scripted import ScriptedBackend
 
@@ -177,6 +178,41 @@ def test_ablation_grounds_shared_predicates_once(tmp_path):
     assert len(backend.score_calls) == n
     names = [d.name for d in load_source(run)]
     assert names == ["xstest:detailed", "xstest:moderate"]
+
+
+def test_ablation_isolates_a_failing_pair_and_retries_it_on_resume(tmp_path):
+    run = run_folder(tmp_path)
+    bad = base_records(run)[1]
+    state = {"down": True}
+
+    def p_true(prefix, suffix):
+        if bad["prompt"] in prefix and state["down"]:
+            raise RuntimeError("grounder down")
+        return 0.7 if "step 1" in prefix else 0.2
+
+    backend = ScriptedBackend(lambda c: "", p_true)
+    kw = dict(limit=6, cache=str(tmp_path / "c.sqlite"), generator=backend, progress=False,
+              plot=False)
+    s = ablate(run, ["minimal"], **kw)["policies"]["minimal"]
+    assert (s["n"], s["errors"]) == (6, 1)
+    path = run / "report" / "ablation" / "minimal.jsonl"
+    recs = {r["id"]: r for r in read_jsonl(path)}
+    failed = recs[bad["id"]]  # the error record keeps what the report groups it by
+    assert "grounder down" in failed["error"] and failed["label"] == bad["label"]
+    ok = [r for r in recs.values() if r["id"] != bad["id"]]
+    assert len(ok) == 5 and all(r["error"] is None and r["wall_s"] > 0 for r in ok)
+    calls = len(backend.score_calls)
+    state["down"] = False
+    s = ablate(run, ["minimal"], **kw)["policies"]["minimal"]
+    assert (s["n"], s["errors"]) == (6, 0)
+    assert len(backend.score_calls) > calls  # the failed pair alone was grounded again
+    retried = {r["id"]: r for r in read_jsonl(path)}[bad["id"]]
+    assert retried["error"] is None and retried["action"] and retried["wall_s"] > 0
+    assert retried["questions_scored"] is not None
+    assert len(path.read_text().splitlines()) == 7  # the retry is appended
+    n = len(backend.score_calls)
+    ablate(run, ["minimal"], **kw)
+    assert len(backend.score_calls) == n  # nothing left to redo
 
 
 def test_ablation_at_an_over_refusal_threshold_that_is_off(tmp_path):

@@ -27,12 +27,13 @@ from plguard.errors import InputError
 from plguard.evals.metrics import fmt_threshold, phase_stats, wilson_rate
 from plguard.evals.tuning.sweep import REFUSAL_CLASSES
 from plguard.evals.xstest.runner import model_identity
-from plguard.records.loop import error_text, run_safely
+from plguard.records.loop import error_text, map_into
 from plguard.records.store import JsonlStore, now_iso, read_jsonl, write_json_atomic
 
 if TYPE_CHECKING:
     from plguard.backends.base import Backend
     from plguard.guard import Guard
+    from plguard.types import GuardResult
 
 POLICIES: tuple[str, ...] = ("minimal", "moderate", "detailed", "very_detailed")
 
@@ -152,47 +153,51 @@ def _calibration_label(guard: Guard) -> str:
 
 def _decide_pending(guard: Guard, store: JsonlStore, recs: Sequence[dict[str, Any]], bs: int,
                     desc: str, progress: bool) -> None:
-    """Guard the drafts ``store`` lacks, a batch at a time, recording cost per pair.
+    """Guard the drafts ``store`` lacks (or holds failed), a batch at a time, with their cost.
 
-    Not :func:`plguard.records.loop.map_into`: each record carries its chunk's wall time
-    and grounding-cache misses, measured around the whole batch call.
+    The shared loop (:func:`~plguard.records.loop.map_into`) runs it: each batch call is
+    timed, and its grounding-cache misses counted, inside the mapped function, so a record
+    carries the cost of the call that decided it, shared evenly by its pairs (a batch that
+    raised and was redone pair by pair: each pair's own call).
     """
-    from tqdm import tqdm
-
     from plguard.guard import is_time_key
 
     label = _calibration_label(guard)
     th = guard.thresholds.model_dump(mode="json")
-    todo = [r for r in recs if r["id"] not in store]
     cache_obj = guard.grounder.cache
-    with tqdm(total=len(todo), desc=desc, unit="pair", disable=not progress) as bar:
-        for start in range(0, len(todo), bs):
-            chunk = todo[start:start + bs]
-            m0 = cache_obj.misses if cache_obj is not None else None
-            t0 = time.perf_counter()
-            res = run_safely(lambda rs: guard.batch(
-                [r["prompt"] for r in rs], responses=[r["response"] for r in rs]), chunk)
-            wall = (time.perf_counter() - t0) / len(chunk)
-            scored = (None if cache_obj is None or m0 is None
-                      else (cache_obj.misses - m0) / len(chunk))
-            for r, g in zip(chunk, res, strict=True):
-                rec: dict[str, Any] = {"id": r["id"], "label": r["label"],
-                                       "type": r.get("type"), "draft_class": r["regex"],
-                                       "calibration": label, "thresholds": th}
-                if isinstance(g, BaseException):
-                    rec["error"] = error_text(g)
-                else:
-                    rec.update(
-                        error=None, action=g.decision.action,
-                        strongest_unsafe=list(g.decision.strongest_unsafe),
-                        strongest_over_refusal=list(g.decision.strongest_over_refusal),
-                        predicates=g.grounding.probs,
-                        spread={s.name: s.variant_spread for s in g.grounding.scores},
-                        times={k: v for k, v in g.timings_s.items()
-                               if k != "total" and is_time_key(k)},
-                        wall_s=wall, questions_scored=scored)
-                store.append(rec)
-            bar.update(len(chunk))
+
+    def decide_chunk(chunk: Sequence[dict[str, Any]]) -> list[tuple[GuardResult, float,
+                                                                     float | None]]:
+        m0 = cache_obj.misses if cache_obj is not None else None
+        t0 = time.perf_counter()
+        res = guard.batch([r["prompt"] for r in chunk], responses=[r["response"] for r in chunk])
+        wall = (time.perf_counter() - t0) / len(chunk)
+        scored = (None if cache_obj is None or m0 is None
+                  else (cache_obj.misses - m0) / len(chunk))
+        return [(g, wall, scored) for g in res]
+
+    def make_record(r: dict[str, Any],
+                    out: tuple[GuardResult, float, float | None] | BaseException
+                    ) -> dict[str, Any]:
+        rec: dict[str, Any] = {"id": r["id"], "label": r["label"], "type": r.get("type"),
+                               "draft_class": r["regex"], "calibration": label,
+                               "thresholds": th}
+        if isinstance(out, BaseException):
+            rec["error"] = error_text(out)
+            return rec
+        g, wall, scored = out
+        rec.update(error=None, action=g.decision.action,
+                   strongest_unsafe=list(g.decision.strongest_unsafe),
+                   strongest_over_refusal=list(g.decision.strongest_over_refusal),
+                   predicates=g.grounding.probs,
+                   spread={s.name: s.variant_spread for s in g.grounding.scores},
+                   times={k: v for k, v in g.timings_s.items()
+                          if k != "total" and is_time_key(k)},
+                   wall_s=wall, questions_scored=scored)
+        return rec
+
+    map_into(store, recs, lambda r: str(r["id"]), decide_chunk, make_record, chunk=bs,
+             desc=desc, unit="pair", progress=progress)
 
 
 def _summarise(name: str, recs: Sequence[dict[str, Any]], guard: Any, cfg: GuardConfig
