@@ -206,8 +206,9 @@ class StreamConfig(_Strict):
         "checked after; a block ends the stream with the refusal, but what was sent cannot "
         "be recalled (said in the trace).")
     timeout_s: float = Field(60.0, gt=0, description="Seconds one guard step of a stream "
-                             "(the request check, a window, the final check) may take; a "
-                             "step over it ends the stream with the refusal (fail closed).")
+                             "(the request check, a window, the final check, a repair) may "
+                             "take, and the longest wait for the generator's next delta; "
+                             "past it the stream ends with the refusal (fail closed).")
 
     @model_validator(mode="after")
     def _overlap_fits(self) -> StreamConfig:
