@@ -267,9 +267,10 @@ class GuardedStream:
                 elif kind == "delta":
                     self.text += value
             yield from self._finish()
-        except _Failed as exc:
+        except Exception as exc:  # any guard fault, in a step or between them, fails closed
             self._cancel.set()
-            yield from self._fail_closed(str(exc))
+            yield from self._fail_closed(str(exc) if isinstance(exc, _Failed)
+                                         else f"guard error: {type(exc).__name__}: {exc}")
 
     def _next(self, verdict_known: bool) -> tuple[str, Any]:
         """The next draft event; ("idle", None) while a pending request check is polled."""

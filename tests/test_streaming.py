@@ -356,6 +356,25 @@ def test_a_slow_grounder_times_out_closed():
     assert gen.cancelled
 
 
+def test_a_fault_between_guard_steps_fails_closed():
+    # The window bookkeeping counts tokens on the grounder's tokenizer; one that breaks
+    # mid-stream must end the stream with the refusal, not with an exception.
+    class BadTokenizer(ScriptedStreamBackend):
+        def count_tokens(self, text: str) -> int:
+            if "BREAK" in text:
+                raise RuntimeError("tokenizer broke")
+            return super().count_tokens(text)
+
+    gr = Grounder()
+    gen = BadTokenizer([*words(12), " BREAK", *words(20, 20)], p_true=gr)
+    guard = Guard(GuardConfig.from_dict({"stream": {"window_tokens": 8, "overlap_tokens": 3}}),
+                  generator=gen, policy=POLICY)
+    chunks, end = run(guard)
+    assert end.blocked and end.finish_reason == "content_filter"
+    assert "tokenizer broke" in end.result.decision.reason
+    assert "BREAK" not in "".join(c.text for c in chunks)
+
+
 def test_a_failing_generator_fails_closed():
     class Broken(ScriptedStreamBackend):
         def stream_generate(self, chat, params, cancel):
