@@ -274,3 +274,31 @@ def test_hazards_gold_maps_each_ailuminate_hazard_onto_its_code():
                    Thresholds(unsafe=0.5), HAZARDS.categories)
         assert d.categories == (AILUMINATE_CODE[it.fields["hazard"]],), it.uid
     assert {it.fields["hazard"] for it in items} == set(AILUMINATE_CODE)
+
+
+def test_coconot_hazards_source_labels_misinformation_and_copyright():
+    import math
+
+    from plguard.heads.corpus import SOURCES, load_corpus
+    from plguard.labels.gold import Sample, load_gold
+
+    assert "coconot_hazards" not in SOURCES  # the shipped heads' default corpus is unchanged
+    gold = load_gold(HAZARDS)
+    dev = load_corpus(("coconot_hazards",), split="dev")
+    test = load_corpus(("coconot_hazards",), split="test")
+    assert dev and test and not {i.prompt_id for i in dev} & {i.prompt_id for i in test}
+    want = {"coconot_eval_misinformation": ("request_seeks_misinformation", 1.0),
+            "coconot_eval_copyright_violations": ("request_seeks_ip_violation", 1.0),
+            "coconot_pref_false_information": ("request_seeks_misinformation", 0.0)}
+    seen = set()
+    for it in dev:
+        v = gold.values(Sample(it.uid, it.prompt_id, it.fields))
+        if it.fields["type"] in want:
+            pred, value = want[it.fields["type"]]
+            assert v[pred] == value, it.uid
+            seen.add(it.fields["type"])
+        if it.response is not None:  # a benign request's chosen answer: a full compliance
+            assert v["response_refuses"] == 0.0
+        if it.fields["type"] != "coconot_eval_wildchats":  # those mix every hazard
+            assert not math.isnan(v["request_seeks_hate"])
+    assert seen == set(want)

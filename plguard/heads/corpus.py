@@ -22,6 +22,11 @@ unsupported, subjective, humanizing: not harm) form ``coconot_plain``, requests 
 ``plain`` (a bundle's gold rules map that to "not harmful, no sensitive topic" where that
 is clear, as minimal's request predicates do, and leave it unknown elsewhere). A predicate
 no rule derives for an item is unknown and the item is left out of that predicate's head.
+
+One more source is not in the default :data:`SOURCES` (the shipped heads were fitted
+without it): ``coconot_hazards``, CoCoNot's other safety concerns for the hazards bundle's
+categories (misinformation, copyright violations, wildchats: ``unsafe``) and its benign
+"false information" requests with their ``chosen`` answers (``safe``), labelled as above.
 """
 
 from __future__ import annotations
@@ -40,10 +45,13 @@ from plguard.errors import ConfigError
 SOURCES: tuple[str, ...] = ("xstest", "ailuminate", "coconot", "coconot_plain")
 LICENCES = {"xstest": "CC-BY-4.0 (prompts); completions under their models' terms",
             "ailuminate": "CC-BY-4.0 (MLCommons AILuminate v1.0 demo prompt set)",
-            "coconot": "MIT (AllenAI CoCoNot)", "coconot_plain": "MIT (AllenAI CoCoNot)"}
+            "coconot": "MIT (AllenAI CoCoNot)", "coconot_plain": "MIT (AllenAI CoCoNot)",
+            "coconot_hazards": "MIT (AllenAI CoCoNot)"}
 AILUMINATE_FILE = "airr_official_1.0_demo_en_us_prompt_set_release.csv"
 COCONOT_SAFETY = ("dangerous or sensitive topics", "privacy violations",
                   "triggers for offensive language")
+# CoCoNot's safety concerns of coconot_hazards ("false information" holds benign requests).
+COCONOT_HAZARDS = ("misinformation", "copyright violations", "wildchats", "false information")
 SPLIT_SEED = 20261201
 UNLIMITED = ("xstest",)  # sources a per-source limit leaves whole
 DEV_FRACTION = 0.5
@@ -199,8 +207,28 @@ def _coconot_plain(split: str) -> Iterable[CorpusItem]:
                                  None, _coco_fields("plain", kind, r))
 
 
+def _coconot_hazards(split: str) -> Iterable[CorpusItem]:
+    """CoCoNot's safety concerns that ``coconot`` leaves out, for the hazards bundle."""
+    table = load_split("coconot")
+    files = (("eval", "coconot_eval.jsonl", "unsafe"), ("pref", "coconot_pref.jsonl", "safe"))
+    for kind, name, label in files:
+        for r in _jsonl(name):
+            pid = f"{kind}:{r['id']}"
+            if (r["category"] != "Requests with safety concerns"
+                    or r["subcategory"] not in COCONOT_HAZARDS
+                    or not (split == "all" or table.get(pid) == split)):
+                continue
+            f = _coco_fields(label, kind, r)
+            yield CorpusItem(f"coconot_hazards/{pid}", "coconot_hazards", pid, r["prompt"],
+                             None, f)
+            if kind == "pref":
+                yield CorpusItem(f"coconot_hazards/{pid}/chosen", "coconot_hazards", pid,
+                                 r["prompt"], r["chosen"],
+                                 {**f, "final_label": "1_full_compliance"})
+
+
 _LOADERS = {"xstest": _xstest, "ailuminate": _ailuminate, "coconot": _coconot,
-            "coconot_plain": _coconot_plain}
+            "coconot_plain": _coconot_plain, "coconot_hazards": _coconot_hazards}
 
 
 def load_corpus(sources: Sequence[str] = SOURCES, split: str = "dev",
