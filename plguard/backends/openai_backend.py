@@ -9,6 +9,9 @@ cached Hugging Face id or ``embedded``), never its weights.
   its last tokens and sent as token ids to ``/v1/completions``, as the vLLM backend does.
   A ``json_schema`` goes as ``response_format`` (chat) or vLLM's ``structured_outputs``
   (completions); a server refusing it is asked again without, once and for all.
+  ``stream_generate`` asks the same endpoints with ``stream: true`` and yields the SSE
+  deltas (joined, what ``generate`` returns); closing it drops the connection, which makes
+  vLLM's server abort the request.
 - Grounding, **exact** mode: the prompt is rendered here with the model's own chat
   template, tokenised exactly as the in-process backends tokenise it (``ids(prefix) +
   ids(suffix)``) and sent as token ids, so the server re-tokenises nothing; the

