@@ -325,7 +325,7 @@ class Grounder:
 
         ``response=False`` grounds the request-scope predicates only (each pair's response
         is not read): the Groundings then hold no response-scope score. It judges a request
-        that has no answer yet (a stream's request check).
+        that has no answer yet (a stream's request check, :meth:`plguard.Guard.moderate`).
         """
         for i, pair in enumerate(pairs):
             if not (isinstance(pair, tuple | list) and len(pair) == 2

@@ -239,7 +239,7 @@ class Guard:
         """
         from plguard.moderation import moderate
 
-        with self._stream_lock:  # a stream may be grounding in another thread
+        with self._stream_lock:  # a stream may be grounding in another thread (_assess)
             return moderate(self, inputs)
 
     def batch(

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from plguard.backends._text import TokenizerText
+from plguard.backends._vllm_errors import call_error
 from plguard.backends.logprobs import finite, logsumexp
 from plguard.errors import (
-    BackendDeadError,
     BackendError,
     ConfigError,
     MissingDependencyError,
@@ -214,16 +214,6 @@ def get_engine(key: EngineKey, *, seed: int = 0) -> Any:
         return llm
 
 
-def _call_error(exc: BaseException, what: str, model_id: str) -> BackendError:
-    # vLLM raises EngineDeadError once its engine process is gone (killed, crashed, or
-    # stopped by a Ctrl-C sent to the whole process group); every later call fails too.
-    if type(exc).__name__ == "EngineDeadError":
-        return BackendDeadError(f"the vLLM engine of {model_id} has stopped during {what} "
-                                "(interrupted, killed or crashed); nothing more can run on "
-                                "it. Records written so far are kept: rerun to resume.")
-    return BackendError(f"vLLM {what} failed on {model_id}: {type(exc).__name__}: {exc}")
-
-
 class VLLMBackend(TokenizerText):
     """A model served by an in-process vLLM engine (``vllm.LLM``)."""
 
@@ -343,7 +333,7 @@ class VLLMBackend(TokenizerText):
                                              for ids in cut.values()], sp, use_tqdm=False)
                     outs.update(zip(cut, res, strict=True))
         except Exception as exc:
-            raise _call_error(exc, "generation", self.model_id) from exc
+            raise call_error(exc, "generation", self.model_id) from exc
         results = []
         for i in range(len(chats)):
             new = list(outs[i].outputs[0].token_ids)
@@ -392,7 +382,7 @@ class VLLMBackend(TokenizerText):
             with self._lock:
                 outs = self.llm.generate(prompts, sp, use_tqdm=False)
         except Exception as exc:
-            raise _call_error(exc, "grounding", self.model_id) from exc
+            raise call_error(exc, "grounding", self.model_id) from exc
         results: list[list[TFScore]] = []
         pos = 0
         for n, truncated, ids_tf in shape:

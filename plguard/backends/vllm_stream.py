@@ -85,7 +85,7 @@ def stream_generate(backend: VLLMBackend, chat: Chat, params: GenerationParams,
     from vllm.inputs import TokensPrompt
     from vllm.sampling_params import RequestOutputKind
 
-    from plguard.backends.vllm_backend import _call_error
+    from plguard.backends._vllm_errors import call_error
 
     max_new = max(1, min(params.max_new_tokens, backend.max_context - 1))
     ids = backend.encode(backend.format_chat(chat))[-(backend.max_context - max_new):]
@@ -104,7 +104,7 @@ def stream_generate(backend: VLLMBackend, chat: Chat, params: GenerationParams,
             engine.add_request(rid, TokensPrompt(prompt_token_ids=ids), sp)
         except Exception as exc:
             router.close(rid)
-            raise _call_error(exc, "streamed generation", backend.model_id) from exc
+            raise call_error(exc, "streamed generation", backend.model_id) from exc
     deltas, new, done = Deltas(), [], False
     try:
         while not done and not cancel.is_set():
@@ -113,7 +113,7 @@ def stream_generate(backend: VLLMBackend, chat: Chat, params: GenerationParams,
                     if not router.queues[rid]:  # a batched call may have stepped for us
                         router.step()
                 except Exception as exc:
-                    raise _call_error(exc, "streamed generation", backend.model_id) from exc
+                    raise call_error(exc, "streamed generation", backend.model_id) from exc
                 outs = router.take(rid)
             for out in outs:
                 new.extend(out.outputs[0].token_ids)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import hmac
 import os
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -40,25 +39,20 @@ from plguard.server.batching import (
     GuardFailed,
     GuardUnavailable,
 )
+from plguard.server.completion import build_completion
 from plguard.server.errors import ApiError, add_error_handlers
 from plguard.server.moderations import register as register_moderations
 from plguard.server.openapi import error_responses, install_openapi
 from plguard.server.schemas import (
     POLICY_FIELDS,
-    AssistantMessage,
     ChatCompletion,
     ChatCompletionRequest,
     ChatMessage,
-    Choice,
-    FinishReason,
     GuardCheckRequest,
     Health,
     Mode,
     ModelCard,
     ModelList,
-    PlguardInfo,
-    RuleScore,
-    Usage,
 )
 from plguard.server.streaming import stream_completion
 from plguard.server.upstream import UpstreamClient, UpstreamDraft, UpstreamError
@@ -239,7 +233,7 @@ def _add_routes(app: FastAPI) -> None:
         outcome = await _submit(state.batcher, chat, key,
                                 draft.text if draft is not None else None)
         mode: Mode = "upstream" if draft is not None else "local"
-        completion = _completion(body.model, outcome, key, mode, timings, draft)
+        completion = build_completion(body.model, outcome, key, mode, timings, draft)
         return JSONResponse(completion.model_dump(mode="json"))
 
     @app.post("/v1/guard/check", response_model=None,
@@ -253,7 +247,7 @@ def _add_routes(app: FastAPI) -> None:
         chat = _chat(body.messages)
         key = _gen_key(None, state.settings, state.guard)
         outcome = await _submit(state.batcher, chat, key, body.response)
-        completion = _completion(body.model or state.settings.model_name, outcome, key,
+        completion = build_completion(body.model or state.settings.model_name, outcome, key,
                                  "check", {})
         return JSONResponse(completion.model_dump(mode="json"))
 
@@ -306,46 +300,3 @@ async def _submit(batcher: DynamicBatcher, chat: Chat, key: GenKey,
     except GuardFailed as exc:
         raise ApiError(500, f"{exc}; the request was not answered", type="server_error",
                        code="internal_error") from None
-
-
-def _completion(model: str, o: BatchOutcome, key: GenKey, mode: Mode,
-                timings: dict[str, float], up: UpstreamDraft | None = None) -> ChatCompletion:
-    r = o.result
-    d = r.decision
-    finish: FinishReason = "stop"
-    # A supplied answer (check mode) was not generated here, so it never ran out of tokens;
-    # an upstream draft ran out only if the upstream says so.
-    if d.action == "refuse":
-        finish = "content_filter"
-    elif r.repaired:
-        pass
-    elif up is not None:
-        finish = "length" if up.finish_reason == "length" else "stop"
-    elif mode == "local" and o.completion_tokens >= key.max_new_tokens:
-        finish = "length"
-    n_prompt, n_new = o.prompt_tokens, o.completion_tokens
-    if up is not None:
-        # The upstream's own counts where it gave them: its tokenizer may not be ours.
-        n_prompt = up.prompt_tokens if up.prompt_tokens is not None else n_prompt
-        if not r.repaired and up.completion_tokens is not None:
-            n_new = up.completion_tokens
-    info = PlguardInfo(
-        action=d.action, reason=d.reason, repaired=r.repaired, fallback_used=r.fallback_used,
-        rechecked_action=r.repairs[-1].decision.action if r.repairs else None,
-        strongest_unsafe=RuleScore(rule=d.strongest_unsafe[0], p=d.strongest_unsafe[1]),
-        strongest_over_refusal=RuleScore(rule=d.strongest_over_refusal[0],
-                                         p=d.strongest_over_refusal[1]),
-        categories=list(d.categories), category_scores=dict(d.category_scores),
-        llama_guard=d.llama_guard, predicates=r.grounding.probs, rules=dict(r.policy.probs),
-        policy=r.policy.policy,
-        grounding_model=r.grounding.model, input_truncated=r.grounding.truncated,
-        mode=mode, batch_size=o.batch_size,
-        timings_s={**r.timings_s, **timings, "queue": o.queue_s},
-    )
-    return ChatCompletion(
-        id=f"chatcmpl-{uuid.uuid4().hex[:24]}", created=int(time.time()), model=model,
-        choices=[Choice(message=AssistantMessage(content=r.final), finish_reason=finish)],
-        usage=Usage(prompt_tokens=n_prompt, completion_tokens=n_new,
-                    total_tokens=n_prompt + n_new),
-        plguard=info,
-    )

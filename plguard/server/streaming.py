@@ -180,12 +180,12 @@ class _Events:
         yield "data: [DONE]\n\n"
 
     def _info(self, end: StreamEnd) -> PlguardInfo:
-        from plguard.server.app import _completion
         from plguard.server.batching import BatchOutcome, GenKey
+        from plguard.server.completion import build_completion
 
         # The non-streaming answer's trace, built by the same code.
         outcome = BatchOutcome(end.result, 1, 0.0, 0, 0)
-        c = _completion(self.model, outcome, GenKey(1, 0.0), self.mode, {})
+        c = build_completion(self.model, outcome, GenKey(1, 0.0), self.mode, {})
         return c.plguard
 
     def _failed_info(self, why: str) -> PlguardInfo:
