@@ -8,6 +8,7 @@ from typing import Any
 
 from plguard.heads.artefact import READOUTS
 from plguard.heads.corpus import SOURCES
+from plguard.heads.fit import COST_MARGIN
 
 
 def add_heads_commands(subparsers: Any) -> None:
@@ -35,6 +36,9 @@ def add_heads_commands(subparsers: Any) -> None:
                    "predicate's question), prefix (end of the data, no question), "
                    "pair_prefix (request predicates: end of the request block inside the "
                    "pair's prompt, so one forward serves both scopes).")
+    p.add_argument("--cost-margin", type=float, metavar="AUROC",
+                   help="CV AUROC a readout that asks a question must gain over one that "
+                   f"rides on the pair's single forward to be chosen (default {COST_MARGIN}).")
     p.add_argument("--no-lodo", action="store_true",
                    help="Skip the leave-one-source-out report.")
     p.add_argument("--quiet", action="store_true", help="No progress bar.")
@@ -55,7 +59,8 @@ def _cmd_fit(args: argparse.Namespace) -> int:
                           f"use some of {', '.join(READOUTS)}")
     opts = FitOptions(sources=tuple(s.strip() for s in args.sources.split(",") if s.strip()),
                       limit_per_source=args.limit_per_source, readouts=readouts,
-                      lodo=not args.no_lodo, progress=not args.quiet)
+                      lodo=not args.no_lodo, progress=not args.quiet,
+                      **({} if args.cost_margin is None else {"cost_margin": args.cost_margin}))
     out = Path(args.out or f"heads-{Path(config.policy).name}.json")
     s = fit_heads(config, out, opts)
     for f in s.fits:

@@ -31,6 +31,7 @@ from plguard.types import PredicateSpec
 
 MIN_CLASS = 8
 FOLDS = 5
+COST_MARGIN = 0.01  # CV AUROC a question-asking readout must gain over a one-forward one
 CS = 8  # regularisation strengths tried per candidate (log-spaced, scikit-learn's grid)
 FPR = 0.05
 QUICK_C = 0.05  # the strength candidates are ranked at (standardised features)
@@ -119,18 +120,31 @@ def labels_for(policy: Any, items: Sequence[CorpusItem]) -> dict[str, np.ndarray
 
 
 def fit_policy_heads(policy: Any, extractor: Extractor, items: Sequence[CorpusItem],
-                     *, readouts: Sequence[str] = READOUTS,
-                     lodo: bool = True) -> list[PredicateFit]:
-    """Fit a head for each predicate of ``policy`` on stored features of ``items``."""
+                     *, readouts: Sequence[str] = READOUTS, lodo: bool = True,
+                     cost_margin: float = COST_MARGIN) -> list[PredicateFit]:
+    """Fit a head for each predicate of ``policy`` on stored features of ``items``.
+
+    Readout and layer go by cross-validated AUROC, except that one riding on the pair's
+    single forward (``pair_prefix`` for request predicates, ``prefix`` for response ones)
+    is kept when within ``cost_margin`` of the best: a question costs its tokens on every
+    request, a difference that small is within the folds' noise.
+    """
     labels = labels_for(policy, items)
     out = []
     for spec in policy.predicates:
-        out.append(_fit_one(spec, extractor, items, labels[spec.name], readouts, lodo))
+        out.append(_fit_one(spec, extractor, items, labels[spec.name], readouts, lodo,
+                            cost_margin))
     return out
 
 
+def _cheap(readout: str, scope: str) -> bool:
+    """Whether a readout rides on the pair's one forward (no question, no other prompt)."""
+    return readout == ("prefix" if scope == "response" else "pair_prefix")
+
+
 def _fit_one(spec: PredicateSpec, ex: Extractor, items: Sequence[CorpusItem],
-             y_all: np.ndarray, readouts: Sequence[str], lodo: bool) -> PredicateFit:
+             y_all: np.ndarray, readouts: Sequence[str], lodo: bool,
+             cost_margin: float) -> PredicateFit:
     from sklearn.model_selection import StratifiedKFold, cross_val_predict
 
     want_resp = spec.scope == "response"
@@ -168,21 +182,26 @@ def _fit_one(spec: PredicateSpec, ex: Extractor, items: Sequence[CorpusItem],
         slot = {"prefix": 0, "question": 1, "pair_prefix": 2}[readout]
         return np.stack([feats[row[slot]].states[j] for row in keys])
 
-    best = (-1.0, "", -1)
+    quick: dict[tuple[str, int], float] = {}
     for r in readouts:
         for layer in layers:
-            quick = _quick_score(X_of(r, layer), y)
-            res.candidates[f"{r}@{layer}"] = round(quick, 4)
-            if quick > best[0]:
-                best = (quick, r, layer)
-    _, r, layer = best
+            quick[r, layer] = _quick_score(X_of(r, layer), y)
+            res.candidates[f"{r}@{layer}"] = round(quick[r, layer], 4)
+    r, layer = max(quick, key=lambda k: quick[k])
+    # A readout that costs no question and no extra forward wins within the margin.
+    cheap = [k for k in quick if _cheap(k[0], spec.scope)]
+    if cheap:
+        c = max(cheap, key=lambda k: quick[k])
+        if quick[c] >= quick[r, layer] - cost_margin:
+            r, layer = c
     X = X_of(r, layer)
     auc, C = _cv_score(X, y)
     mode = "head"
     Xb = np.column_stack([X, logit])
     auc_b, C_b = _cv_score(Xb, y)
     res.candidates[f"{r}@{layer}+zeroshot"] = round(auc_b, 4)
-    if auc_b > auc:
+    # The zero-shot feature needs the question asked: on a cheap readout, only by the margin.
+    if auc_b > auc + (cost_margin if _cheap(r, spec.scope) else 0.0):
         X, auc, C, mode = Xb, auc_b, C_b, "both"
     res.cv_auroc, res.readout, res.layer, res.mode, res.C = auc, r, layer, mode, C
     model = _fixed(C)

@@ -15,7 +15,7 @@ from plguard.errors import ConfigError
 from plguard.heads.artefact import READOUTS
 from plguard.heads.corpus import SOURCES, load_corpus
 from plguard.heads.features import Extractor, FeatureStore, default_layers, default_store_path
-from plguard.heads.fit import PredicateFit, fit_policy_heads, heads_document
+from plguard.heads.fit import COST_MARGIN, PredicateFit, fit_policy_heads, heads_document
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,7 @@ class FitOptions:
     sources: tuple[str, ...] = SOURCES
     limit_per_source: int | None = None  # a seeded subset of each source (None: all dev)
     readouts: tuple[str, ...] = READOUTS
+    cost_margin: float = COST_MARGIN  # see fit_policy_heads
     lodo: bool = True
     progress: bool = True
 
@@ -59,7 +60,8 @@ def fit_heads(config: GuardConfig, out: str | Path, options: FitOptions | None =
     t1 = time.perf_counter()
     forwarded = ex.run(items, progress=opts.progress)
     t2 = time.perf_counter()
-    fits = fit_policy_heads(policy, ex, items, readouts=opts.readouts, lodo=opts.lodo)
+    fits = fit_policy_heads(policy, ex, items, readouts=opts.readouts, lodo=opts.lodo,
+                            cost_margin=opts.cost_margin)
     t3 = time.perf_counter()
     counts: dict[str, int] = {}
     for it in items:

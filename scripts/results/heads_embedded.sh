@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 R=eval/results/heads-embedded
 LIMIT=${LIMIT:-200}   # dev items per source the heads are fitted on
-TEST=${TEST:-150}     # pairs of the seeded guard-labelled test subset reported on
+TEST=${TEST:-600}     # pairs of the seeded guard-labelled test subset reported on
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 pl() { python3 -m plguard "$@"; }
 mkdir -p $R

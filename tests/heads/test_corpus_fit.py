@@ -94,3 +94,57 @@ def test_shipped_heads_fit_the_embedded_model_and_are_the_default(embedded_backe
                    policy_name=policy)
     assert off.heads is None
     assert all(s.source == "zeroshot" for s in off.ground([("Hi", "Hello!")])[0].scores)
+
+
+class _Store:
+    def __init__(self, feats):
+        self.feats = feats
+
+    def get(self, keys):
+        return {k: self.feats[k] for k in keys if k in self.feats}
+
+
+class _Extractor:
+    """The parts of an Extractor a fit reads, over synthetic states."""
+
+    layers = (1,)
+
+    def __init__(self, feats):
+        self.store = _Store(feats)
+        self.grounder = type("G", (), {"question_block": staticmethod(lambda spec, q: "Q")})()
+
+    def questions(self, scope):
+        return ["Q"]
+
+    def keys(self, it):
+        return [f"{it.uid}/prefix", f"{it.uid}/q"]
+
+    def pair_key(self, it):
+        return f"{it.uid}/pair"
+
+
+@pytest.mark.parametrize("pair_signal, chosen", [(3.0, "pair_prefix"), (0.0, "question")])
+def test_fit_keeps_the_one_forward_readout_within_the_cost_margin(pair_signal, chosen):
+    import numpy as np
+
+    from plguard.heads.corpus import CorpusItem
+    from plguard.heads.features import Feature
+    from plguard.heads.fit import _fit_one
+    from plguard.types import PredicateSpec
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 120).astype(float)
+    items = [CorpusItem(f"s/{i}", "s", str(i), f"r{i}", None, {}) for i in range(len(y))]
+    feats = {}
+    for it, label in zip(items, y, strict=True):
+        def state(signal, label=label):
+            return (rng.normal(0, 1, (1, 4)) + signal * label).astype(np.float32)
+        feats[f"{it.uid}/prefix"] = Feature(state(0.0), 0.0, 0.0)
+        feats[f"{it.uid}/q"] = Feature(state(3.0), 0.0, 0.0)  # the question reads it well
+        feats[f"{it.uid}/pair"] = Feature(state(pair_signal), 0.0, 0.0)
+    spec = PredicateSpec("p", "request", "Is it?")
+    fit = _fit_one(spec, _Extractor(feats), items, y, ("question", "prefix", "pair_prefix"),
+                   False, 0.01)
+    # Both near-perfect: the readout with no question wins; a useless one never does.
+    assert fit.readout == chosen and fit.mode == "head"
+    assert fit.candidates["question@1"] >= fit.candidates["pair_prefix@1"] - 0.01
