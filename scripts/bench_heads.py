@@ -10,6 +10,8 @@ the real shape, which is all that timing depends on), the same pairs each way:
 * one read (prefix readouts): no question at all; response predicates read the end of the
   data block, request predicates the end of the request block inside the same prompt:
   one forward per pair;
+* shipped heads: the embedded model's default heads file for the policy (real weights:
+  the readouts its fit chose);
 * one forward over the pair alone: the response-scope prompt's prefix, forwarded once
   (what one read can at best cost).
 
@@ -32,7 +34,7 @@ from plguard.backends import load_backend
 from plguard.config import GroundingConfig, ModelConfig
 from plguard.grounding import Grounder, backend_identity
 from plguard.heads.apply import main_question_digest
-from plguard.heads.artefact import FORMAT, encode_vector
+from plguard.heads.artefact import FORMAT, encode_vector, shipped_heads
 from plguard.policy import load_policy
 
 PAIRS = [
@@ -87,6 +89,9 @@ def main() -> None:
                                                                folder)),
                     "one read (prefix readout)": str(heads_file(backend, policy, "prefix",
                                                                 folder))}
+        shipped = shipped_heads(a.policy)
+        if shipped is not None:  # what the embedded guard grounds with by default
+            settings["shipped heads"] = str(shipped)
         grounders = {k: Grounder(backend, policy.predicates,
                                  GroundingConfig(heads=v, paraphrases=False), policy_name=a.policy)
                      for k, v in settings.items()}
@@ -113,6 +118,8 @@ def main() -> None:
     zero, head = med["zero-shot"], med["heads (question readout)"]
     print(f"heads / zero-shot:                      {head / zero:.3f}")
     print(f"one read / zero-shot:                   {med['one read (prefix readout)'] / zero:.3f}")
+    if "shipped heads" in med:
+        print(f"shipped heads / zero-shot:               {med['shipped heads'] / zero:.3f}")
     print(f"one read / one forward over the pair:   "
           f"{med['one read (prefix readout)'] / med['one forward over the pair']:.3f}")
 
