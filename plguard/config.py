@@ -197,6 +197,10 @@ class StreamConfig(_Strict):
     window_tokens: int = Field(200, ge=2, description="Tokens of the draft grounded at once "
                                "while it streams (grounding-model tokens); a window's text is "
                                "released only once the policy allows it.")
+    first_window_tokens: int | None = Field(
+        48, ge=2, description="Tokens of the first stream window (capped at window_tokens): "
+        "smaller, so the first text is released early; later windows are window_tokens. "
+        "null: the first window is window_tokens too.")
     overlap_tokens: int = Field(50, ge=0, description="Tokens shared by consecutive stream "
                                 "windows, so a passage up to this long is whole in one of "
                                 "them.")

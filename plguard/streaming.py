@@ -13,8 +13,9 @@ How a stream is guarded (mode ``buffered``, the default):
    so the vertices bound it), generation is cancelled and the fixed refusal is sent.
 2. The draft streams into a hold-back buffer. Each time the unchecked text reaches
    ``stream.window_tokens`` (grounding-model tokens, cut at a word boundary so no part of a
-   word leaves alone), the window (the new text plus ``stream.overlap_tokens`` of what came
-   before) is grounded, reasoned and decided exactly as :meth:`Guard.check` decides a
+   word leaves alone; the first window is ``stream.first_window_tokens``, smaller, so the
+   first text is released early), the window (the new text plus ``stream.overlap_tokens``
+   of what came before) is grounded, reasoned and decided exactly as :meth:`Guard.check` decides a
    response (the request-scope scores are the memoised ones). Its text is released only
    once that decision is not a refusal. A refusal cancels generation at once and the stream
    ends with the refusal, or with the ordinary repair when nothing was released yet.
@@ -310,7 +311,11 @@ class GuardedStream:
         most ``window_tokens`` tokens from its start; an unbroken run of twice that is cut
         anyway.
         """
+        # The first window is small, so the first text leaves early; the rest are full size.
+        first = self.cfg.first_window_tokens
         size = self.cfg.window_tokens
+        if self.windows == 0 and first is not None:
+            size = min(first, size)
         if final:
             # The last, partial window; a draft read whole by the final check needs none.
             has_new = len(self.text.rstrip(_SPACES)) > self.checked

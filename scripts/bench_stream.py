@@ -4,8 +4,8 @@ For each prompt, in one run and on one loaded model (greedy, so every path sees 
 draft), side by side:
 
 - ``raw``: the unguarded generator's own stream (``backend.stream_generate``);
-- ``stream W/O``: ``Guard.stream`` with windows of W tokens and O of overlap (the default
-  200/50, and a smaller window);
+- ``stream F+W/O``: ``Guard.stream`` with its defaults: a first window of F tokens, then
+  windows of W tokens with O of overlap; ``stream W/O flat``: the first window full size too;
 - ``guard``: today's non-streaming guard (``Guard.chat``): its first byte is its answer.
 
 Columns: time to first text (s), end-to-end seconds, tokens delivered per second (the
@@ -149,20 +149,24 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--prompts", type=int, default=len(PROMPTS))
     ap.add_argument("--small-window", type=int, default=48,
-                    help="the second window size (tokens); overlap is a quarter of it")
+                    help="window size (tokens) of the flagged-window run; overlap a quarter")
     ap.add_argument("--policy", default="minimal")
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
     backend = TransformersBackend.load(args.model, device=args.device)
     params = GenerationParams(max_new_tokens=args.max_new_tokens)
     gen = {"max_new_tokens": args.max_new_tokens}
-    configs = {"200/50": {"window_tokens": 200, "overlap_tokens": 50},
-               f"{args.small_window}/{args.small_window // 4}": {
-                   "window_tokens": args.small_window,
-                   "overlap_tokens": args.small_window // 4}}
+    default = GuardConfig().stream
+    first_w = min(default.first_window_tokens or default.window_tokens, default.window_tokens)
+    configs = {f"{first_w}+{default.window_tokens}/{default.overlap_tokens}": {},  # defaults
+               f"{default.window_tokens}/{default.overlap_tokens} flat":
+                   {"first_window_tokens": None}}
     guards = {name: Guard(GuardConfig.from_dict({"policy": args.policy, "generation": gen,
                                                  "stream": s}), generator=backend)
               for name, s in configs.items()}
+    # Each configuration's first window (tokens): what the first text waits for.
+    first_of = {name: min(g.config.stream.first_window_tokens or g.config.stream.window_tokens,
+                          g.config.stream.window_tokens) for name, g in guards.items()}
     plain = next(iter(guards.values()))
     backend.generate([(Message("user", "Hi"),)], GenerationParams(max_new_tokens=4))  # warm
     print(f"model={backend.model_id} policy={args.policy} max_new_tokens={args.max_new_tokens}"
@@ -174,7 +178,7 @@ def main() -> None:
     ratios.update({f"{n} vs bound": [] for n in guards})
     flags = []
     for i, text in enumerate(PROMPTS[:args.prompts]):
-        sizes = [int(c["window_tokens"]) for c in configs.values()]
+        sizes = list(first_of.values())
         rows: dict[str, dict[str, Any]] = {"raw": _raw(backend, text, params, sizes)}
         for name, g in guards.items():
             rows[f"stream {name}"] = _stream(g, backend, text, params)
@@ -188,14 +192,14 @@ def main() -> None:
         if len(drafts) != 1:
             print("       (the paths drafted different texts: ratios of this prompt are "
                   "still measured, but compare unequal answers)")
-        for name, cfg in configs.items():
+        for name in configs:
             r = rows[f"stream {name}"]
             s = r["first"]
             ratios[f"{name} vs raw"].append(s / rows["raw"]["first"])
             ratios[f"{name} vs guard"].append(s / rows["guard"]["first"])
             # The bound: the request check plus one window of generation (and, since
             # nothing leaves unchecked, that window's own check).
-            gen_w = rows["raw"]["window_s"].get(int(cfg["window_tokens"]), rows["raw"]["total"])
+            gen_w = rows["raw"]["window_s"].get(first_of[name], rows["raw"]["total"])
             bound = r["request_s"] + gen_w + r["window1_s"]
             ratios[f"{name} vs bound"].append(s / bound)
             print(f"{'':>6} {'':>12} stream {name}: request check {r['request_s']:.2f} s + "

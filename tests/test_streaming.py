@@ -130,6 +130,27 @@ def test_stream_config_refuses_an_overlap_over_half_the_window():
     with pytest.raises(ConfigError, match="overlap_tokens"):
         GuardConfig.from_dict({"stream": {"window_tokens": 10, "overlap_tokens": 6}})
     assert GuardConfig().stream.window_tokens == 200 and GuardConfig().stream.mode == "buffered"
+    assert GuardConfig().stream.first_window_tokens == 48
+
+
+@pytest.mark.parametrize("canary_at", [None, 3, 6])
+def test_a_small_first_window_releases_early_and_leaks_nothing(canary_at):
+    toks = words(60)
+    if canary_at is not None:
+        toks[canary_at] = f" {CANARY}"
+    guard, gen, gr = make(toks, delay_s=0.002, stream={"window_tokens": 20,
+                                                      "overlap_tokens": 5,
+                                                      "first_window_tokens": 4})
+    chunks, end = run(guard)
+    assert_released_after_allowed(chunks, gr, end)
+    windows = [r.split() for r in dict.fromkeys(resp for _, resp in gr.reads)]
+    assert len(windows[0]) <= 4  # the first window is the small one
+    if canary_at is None:
+        assert not end.blocked
+        assert chunks[0].text.split() == windows[0]  # released once those words passed
+        assert len(windows[1]) > 8  # later windows are full size
+    else:
+        assert_blocked_without_leak(chunks, end, guard)
 
 
 def test_a_canary_phrase_across_a_window_boundary_is_never_released_whole():
