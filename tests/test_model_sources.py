@@ -285,8 +285,11 @@ def test_model_check_reports_the_embedded_model(capsys):
     assert r["answer_tokens"][" True"] == [3635] and r["answer_single_token"][" False"]
     assert {s["predicate"] for s in r["separations"]} == {"request_is_harmful",
                                                          "response_refuses"}
-    # What the 135M model measures: no better than weak on obvious cases.
-    assert r["verdict"] in ("at chance", "weak")
+    # The verdict reads the shipped heads (the zero-shot reading is below chance here):
+    # with them the 135M model separates the obvious cases.
+    assert r["verdict"] == "usable"
+    assert all(s["auroc"] < 0.5 for s in r["separations"])
+    assert all(s["head_auroc"] >= 0.9 for s in r["separations"])
     assert all(0 <= s["auroc"] <= 1 for s in r["separations"])
 
 

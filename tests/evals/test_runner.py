@@ -223,15 +223,15 @@ def test_run_safely_stops_on_a_dead_backend():
 
 
 def test_a_dead_vllm_engine_is_told_apart_from_a_failed_call():
-    from plguard.backends.vllm_backend import _call_error
+    from plguard.backends._vllm_errors import call_error
     from plguard.errors import BackendDeadError
 
     class EngineDeadError(Exception):  # the name vLLM raises once its engine is gone
         pass
 
-    dead = _call_error(EngineDeadError("x"), "generation", "m")
+    dead = call_error(EngineDeadError("x"), "generation", "m")
     assert isinstance(dead, BackendDeadError) and "rerun to resume" in str(dead)
-    other = _call_error(ValueError("bad prompt"), "grounding", "m")
+    other = call_error(ValueError("bad prompt"), "grounding", "m")
     assert not isinstance(other, BackendDeadError) and "bad prompt" in str(other)
 
 
