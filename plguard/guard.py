@@ -299,11 +299,18 @@ class Guard:
         results = clock.run("reason", idx, lambda: self.policy.evaluate_batch(
             [g.probs for g in groundings]))
         decisions = clock.run("decide", idx, lambda: [
-            self._decide(r, g) for r, g in zip(results, groundings, strict=True)])
+            self.decide(r, g) for r, g in zip(results, groundings, strict=True)])
         return groundings, results, decisions
 
-    def _decide(self, result: PolicyResult, grounding: Grounding) -> Decision:
-        d = decide(result, self.policy.unsafe_rules, self.policy.over_refusal_rules,
+    def decide(self, result: PolicyResult, grounding: Grounding, *,
+               answered: bool = True) -> Decision:
+        """The decision on one grounded item, as :meth:`check` makes it.
+
+        ``answered=False``: the item is a request with no answer yet (a moderation), which
+        cannot over-refuse, so only the unsafe side is compared.
+        """
+        d = decide(result, self.policy.unsafe_rules,
+                   self.policy.over_refusal_rules if answered else (),
                    self.thresholds, self.policy.categories)
         if grounding.screen:
             kinds = ", ".join(dict.fromkeys(f.kind for f in grounding.screen))

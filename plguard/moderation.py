@@ -22,12 +22,11 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from plguard.decide import decide
 from plguard.errors import InputError
 from plguard.messages import check_text, request_text, to_chat
 from plguard.policy.core import UNSAFE, rule_kind
@@ -187,20 +186,8 @@ def worst_case(policy: Policy, groundings: Sequence[Grounding]) -> list[PolicyRe
 
 def _decision(guard: Guard, result: PolicyResult, grounding: Grounding,
               scope: Scope) -> Decision:
-    policy = guard.policy
-    if scope == "response":
-        return guard._decide(result, grounding)  # exactly as Guard.check decides
-    # No answer, so no over-refusal: only the unsafe side is compared.
-    d = decide(result, policy.unsafe_rules, (), guard.thresholds, policy.categories)
-    if grounding.screen:
-        kinds = ", ".join(dict.fromkeys(f.kind for f in grounding.screen))
-        if guard.config.grounding.screen == "refuse":
-            return replace(d, action="refuse",
-                           reason=f"text addressed to the guard ({kinds}) in the data "
-                           "(grounding.screen = refuse): refuse")
-        d = replace(d, reason=f"{d.reason} [text addressed to the guard ({kinds}) was "
-                    "removed before grounding]")
-    return d
+    # An answer is judged exactly as Guard.check judges it; a request has no over-refusal.
+    return guard.decide(result, grounding, answered=scope == "response")
 
 
 def category_key(name: str) -> str:
