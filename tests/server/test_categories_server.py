@@ -4,7 +4,8 @@ The embedded model reads these hazards near chance, so the test pins down what m
 whatever it reads: every category code of the policy is scored, each score is the highest
 of its tagged rules' probabilities as the response reports them, the categories are
 exactly those at the unsafe threshold, and the Llama Guard form spells them out.
-``/v1/guard/check`` and the chat route build the same ``plguard`` extra (plguard.server.completion.build_completion).
+``/v1/guard/check`` and the chat route build the same ``plguard`` extra
+(plguard.server.completion.build_completion).
 """
 
 from __future__ import annotations
