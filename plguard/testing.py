@@ -79,6 +79,46 @@ class FaultSwitch:
         return self.inner.true_false_logprobs(requests)
 
 
+class WordText:
+    """Backend text methods over whitespace-separated words, for scripted backends."""
+
+    def format_chat(self, chat: Chat, add_generation_prompt: bool = True) -> str:
+        """A plain rendering of the chat."""
+        body = "".join(f"<|{m.role}|>\n{m.content}\n" for m in chat)
+        return body + ("<|assistant|>\n" if add_generation_prompt else "")
+
+    def count_tokens(self, text: str) -> int:
+        """Whitespace-separated words."""
+        return len(text.split())
+
+    def window_text(self, text: str, size: int, overlap: int) -> list[str]:
+        """Overlapping windows of words."""
+        from plguard.windows import window_spans
+
+        words = text.split()
+        return [" ".join(words[a:b]) for a, b in window_spans(len(words), size, overlap)]
+
+    def truncate_text(self, text: str, max_tokens: int) -> tuple[str, bool]:
+        """The first ``max_tokens`` words."""
+        words = text.split()
+        if len(words) <= max_tokens:
+            return text, False
+        return " ".join(words[:max_tokens]), True
+
+
+def scripted_scores(requests: Sequence[TFRequest], p_true: Callable[[str, str], float]
+                    ) -> list[list[TFScore]]:
+    """``p_true(prefix, suffix)`` of every suffix, as True/False log-probabilities."""
+    out = []
+    for r in requests:
+        row = []
+        for s in r.suffixes:
+            p = min(max(p_true(r.prefix, s), 1e-9), 1 - 1e-9)
+            row.append(TFScore(math.log(p), math.log1p(-p)))
+        out.append(row)
+    return out
+
+
 @dataclass(slots=True)
 class StreamRun:
     """What one ``stream_generate`` call of a :class:`ScriptedStreamBackend` did."""
@@ -90,7 +130,7 @@ class StreamRun:
     sent_t: list[float] = field(default_factory=list)  # perf_counter() of each token sent
 
 
-class ScriptedStreamBackend:
+class ScriptedStreamBackend(WordText):
     """A scripted generator that streams: every chat is answered with ``tokens``.
 
     ``tokens`` (or ``tokens(chat)``) are generated one at a time, each ``delay_s`` after the
@@ -127,29 +167,6 @@ class ScriptedStreamBackend:
     def script(self, chat: Chat) -> list[str]:
         """The tokens that answer ``chat``."""
         return list(self.tokens(chat) if callable(self.tokens) else self.tokens)
-
-    def format_chat(self, chat: Chat, add_generation_prompt: bool = True) -> str:
-        """A plain rendering of the chat."""
-        body = "".join(f"<|{m.role}|>\n{m.content}\n" for m in chat)
-        return body + ("<|assistant|>\n" if add_generation_prompt else "")
-
-    def count_tokens(self, text: str) -> int:
-        """Whitespace-separated words."""
-        return len(text.split())
-
-    def window_text(self, text: str, size: int, overlap: int) -> list[str]:
-        """Overlapping windows of words."""
-        from plguard.windows import window_spans
-
-        words = text.split()
-        return [" ".join(words[a:b]) for a, b in window_spans(len(words), size, overlap)]
-
-    def truncate_text(self, text: str, max_tokens: int) -> tuple[str, bool]:
-        """The first ``max_tokens`` words."""
-        words = text.split()
-        if len(words) <= max_tokens:
-            return text, False
-        return " ".join(words[:max_tokens]), True
 
     def generate(self, chats: Sequence[Chat], params: GenerationParams) -> list[Generation]:
         """The whole scripted answer of each chat."""
@@ -189,14 +206,7 @@ class ScriptedStreamBackend:
 
     def true_false_logprobs(self, requests: Sequence[TFRequest]) -> list[list[TFScore]]:
         """``p_true`` of every suffix, as log-probabilities."""
-        out = []
-        for r in requests:
-            row = []
-            for s in r.suffixes:
-                p = min(max(self.p_true(r.prefix, s), 1e-9), 1 - 1e-9)
-                row.append(TFScore(math.log(p), math.log1p(-p)))
-            out.append(row)
-        return out
+        return scripted_scores(requests, self.p_true)
 
 
 class LiveServer:
@@ -311,4 +321,4 @@ class VLLMServer:
 
 
 __all__ = ["FaultSwitch", "LiveServer", "ScriptedStreamBackend", "StreamRun", "VLLMServer",
-           "free_port"]
+           "WordText", "free_port", "scripted_scores"]

@@ -7,13 +7,13 @@ this only pins down decide/repair/Guard control flow deterministically.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 
+from plguard.testing import WordText, scripted_scores
 from plguard.types import Chat, Generation, GenerationParams, TFRequest, TFScore
 
 
-class ScriptedBackend:
+class ScriptedBackend(WordText):
     model_id = "scripted"
     max_context = 100_000
 
@@ -26,25 +26,6 @@ class ScriptedBackend:
         self.reply, self.p_true, self.fail = reply, p_true, fail
         self.generate_calls: list[int] = []
         self.score_calls: list[int] = []
-
-    def format_chat(self, chat: Chat, add_generation_prompt: bool = True) -> str:
-        body = "".join(f"<|{m.role}|>\n{m.content}\n" for m in chat)
-        return body + ("<|assistant|>\n" if add_generation_prompt else "")
-
-    def count_tokens(self, text: str) -> int:
-        return len(text.split())
-
-    def window_text(self, text: str, size: int, overlap: int) -> list[str]:
-        from plguard.windows import window_spans
-
-        words = text.split()
-        return [" ".join(words[a:b]) for a, b in window_spans(len(words), size, overlap)]
-
-    def truncate_text(self, text: str, max_tokens: int) -> tuple[str, bool]:
-        words = text.split()
-        if len(words) <= max_tokens:
-            return text, False
-        return " ".join(words[:max_tokens]), True
 
     def generate(self, chats: Sequence[Chat], params: GenerationParams) -> list[Generation]:
         if self.fail:
@@ -61,14 +42,7 @@ class ScriptedBackend:
         if self.fail:
             self.fail()
         self.score_calls.append(sum(len(r.suffixes) for r in requests))
-        out = []
-        for r in requests:
-            row = []
-            for s in r.suffixes:
-                p = min(max(self.p_true(r.prefix, s), 1e-9), 1 - 1e-9)
-                row.append(TFScore(math.log(p), math.log1p(-p)))
-            out.append(row)
-        return out
+        return scripted_scores(requests, self.p_true)
 
 
 # Scripted behaviour for the minimal policy, shared by the Guard and server tests.
