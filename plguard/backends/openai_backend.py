@@ -254,15 +254,20 @@ class OpenAIBackend(TokenizerText):
 
     # -- generation --------------------------------------------------------------------
 
-    def generate(self, chats: Sequence[Chat], params: GenerationParams) -> list[Generation]:
-        """One completion per chat, requests in parallel up to ``max_concurrency``."""
+    def _sampling(self, params: GenerationParams) -> tuple[int, dict[str, Any]]:
+        """New-token budget and the request fields every completion call sends."""
         max_new = max(1, min(params.max_new_tokens, self.max_context - 1))
         sample = params.temperature > 0
-        base: dict[str, Any] = {"model": self.served_model, "max_tokens": max_new, "n": 1,
+        body: dict[str, Any] = {"model": self.served_model, "max_tokens": max_new, "n": 1,
                                 "temperature": params.temperature if sample else 0.0,
                                 "top_p": params.top_p if sample else 1.0}
         if sample:
-            base["seed"] = params.seed
+            body["seed"] = params.seed
+        return max_new, body
+
+    def generate(self, chats: Sequence[Chat], params: GenerationParams) -> list[Generation]:
+        """One completion per chat, requests in parallel up to ``max_concurrency``."""
+        max_new, base = self._sampling(params)
         schema = params.json_schema
 
         def one(chat: Chat) -> tuple[Generation, Reply]:
@@ -295,13 +300,7 @@ class OpenAIBackend(TokenizerText):
         vLLM's server abort the request. A ``json_schema`` is not sent: streams are
         free text the guard checks as it goes.
         """
-        max_new = max(1, min(params.max_new_tokens, self.max_context - 1))
-        sample = params.temperature > 0
-        body: dict[str, Any] = {"model": self.served_model, "max_tokens": max_new, "n": 1,
-                                "temperature": params.temperature if sample else 0.0,
-                                "top_p": params.top_p if sample else 1.0}
-        if sample:
-            body["seed"] = params.seed
+        max_new, body = self._sampling(params)
         ids = self.encode(TokenizerText.format_chat(self, chat))
         limit = self.max_context - max_new
         if len(ids) > limit:
