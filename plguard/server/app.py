@@ -40,7 +40,7 @@ from plguard.server.batching import (
     GuardUnavailable,
 )
 from plguard.server.completion import build_completion
-from plguard.server.errors import ApiError, add_error_handlers
+from plguard.server.errors import ApiError, add_error_handlers, unanswered
 from plguard.server.moderations import register as register_moderations
 from plguard.server.openapi import error_responses, install_openapi
 from plguard.server.schemas import (
@@ -294,9 +294,5 @@ async def _submit(batcher: DynamicBatcher, chat: Chat, key: GenKey,
                   response: str | None) -> BatchOutcome:
     try:
         return await batcher.submit(chat, key, response=response)
-    except GuardUnavailable as exc:
-        raise ApiError(503, f"{exc}; the request was not answered, retry later",
-                       type="service_unavailable", code="backend_error") from None
-    except GuardFailed as exc:
-        raise ApiError(500, f"{exc}; the request was not answered", type="server_error",
-                       code="internal_error") from None
+    except (GuardUnavailable, GuardFailed) as exc:
+        raise unanswered(exc) from None

@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from plguard.server.batching import GuardFailed, GuardUnavailable
 from plguard.server.schemas import error_json
 
 
@@ -31,6 +32,15 @@ class ApiError(Exception):
         """The HTTP answer."""
         return JSONResponse(error_json(self.message, type=self.type, param=self.param,
                                        code=self.code), status_code=self.status)
+
+
+def unanswered(exc: GuardUnavailable | GuardFailed) -> ApiError:
+    """The answer to a request the Guard did not answer: 503 for an outage, 500 for a bug."""
+    if isinstance(exc, GuardUnavailable):
+        return ApiError(503, f"{exc}; the request was not answered, retry later",
+                        type="service_unavailable", code="backend_error")
+    return ApiError(500, f"{exc}; the request was not answered", type="server_error",
+                    code="internal_error")
 
 
 def add_error_handlers(app: FastAPI) -> None:

@@ -34,7 +34,7 @@ from plguard.moderation import (
     parse_inputs,
 )
 from plguard.server.batching import GuardFailed, GuardUnavailable
-from plguard.server.errors import ApiError
+from plguard.server.errors import ApiError, unanswered
 from plguard.server.openapi import error_responses
 from plguard.server.schemas import POLICY_FIELDS, ChatMessage, ContentPart, RuleScore, Text
 from plguard.types import Action, Scope
@@ -174,12 +174,8 @@ async def moderations(body: ModerationRequest, request: Request) -> JSONResponse
                        code="invalid_input") from None
     try:
         results = await state.batcher.call(lambda: guard.moderate(inputs), "a moderation")
-    except GuardUnavailable as exc:
-        raise ApiError(503, f"{exc}; the request was not answered, retry later",
-                       type="service_unavailable", code="backend_error") from None
-    except GuardFailed as exc:
-        raise ApiError(500, f"{exc}; the request was not answered", type="server_error",
-                       code="internal_error") from None
+    except (GuardUnavailable, GuardFailed) as exc:
+        raise unanswered(exc) from None
     out = ModerationResponse(id=f"modr-{uuid.uuid4().hex[:24]}", model=settings.model_name,
                              results=[_result(m) for m in results])
     return JSONResponse(out.model_dump(mode="json"))
