@@ -43,6 +43,7 @@ class Calibration:
     thresholds: Mapping[str, float | None] = field(default_factory=dict)  # None: off
     question_digests: Mapping[str, str] = field(default_factory=dict)
     legacy: bool = False
+    heads_sha256: str | None = None  # thresholds fitted for this heads file's scores
 
     @property
     def label(self) -> str:
@@ -107,7 +108,8 @@ def load_calibration(path: str | Path) -> Calibration:
         model_sha256=model.get("sha256"), model_id=model.get("model_id"),
         template_version=data.get("template_version"),
         policy_id=data.get("policy") if isinstance(data.get("policy"), str) else None,
-        thresholds=thresholds, question_digests=digests, legacy=fmt != FORMAT)
+        thresholds=thresholds, question_digests=digests, legacy=fmt != FORMAT,
+        heads_sha256=_heads_sha256(data.get("heads")))
     if cal.legacy:
         warnings.warn(f"grounding.calibration: {p} is a legacy calibration file (format "
                       f"{fmt!r}): it is checked against the model only, not the grounding "
@@ -152,6 +154,27 @@ def check_applies(cal: Calibration, *, model_sha256: str | None, model_id: str,
                           "the calibration was fitted; refit it")
 
 
+def check_heads_match(cal: Calibration, heads_digest: str | None, heads_label: str) -> None:
+    """Refuse a calibration fitted beside one heads file when another (or none) is used.
+
+    Its thresholds were fitted on that file's scores; on other scores they mean nothing.
+    ``heads_digest``: the first 12 hex digits of the heads file in use (None: no heads).
+    """
+    if cal.heads_sha256 is None:
+        return
+    if heads_digest is None or not cal.heads_sha256.startswith(heads_digest):
+        used = f"heads {heads_label}" if heads_digest else "no heads file"
+        raise ConfigError(f"grounding.calibration: {cal.path} was fitted for the heads file "
+                          f"with sha256 {cal.heads_sha256[:12]}..., this run uses {used}; "
+                          "set grounding.heads to that file, or fit thresholds for yours "
+                          "with `plguard eval quality fit-heads`")
+
+
+def _heads_sha256(v: Any) -> str | None:
+    return str(v["sha256"]) if isinstance(v, Mapping) and isinstance(v.get("sha256"), str) \
+        else None
+
+
 def _bare(model_id: str) -> str:
     # "path:dtype[:backend]": the same weights in another dtype or backend are the same model.
     return model_id.split(":")[0]
@@ -161,5 +184,5 @@ def _policy_name(policy_id: str) -> str:
     return policy_id.split("@")[0]
 
 
-__all__ = ["FORMAT", "Calibration", "check_applies", "load_calibration", "platt",
-           "read_json_file"]
+__all__ = ["FORMAT", "Calibration", "check_applies", "check_heads_match", "load_calibration",
+           "platt", "read_json_file"]

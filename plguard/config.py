@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from plguard.errors import ConfigError, did_you_mean
 
@@ -172,6 +179,12 @@ class GroundingConfig(_Strict):
     cache: str | None = Field(None, description="Grounding cache (SQLite): 'default' for "
                               "<plguard cache dir>/grounding.sqlite, a file path, or null "
                               "(off). Shared across policies, runs and processes.")
+
+    @field_validator("heads", mode="before")
+    @classmethod
+    def _heads_off(cls, v: Any) -> Any:
+        # YAML (and --set) read a bare `off`/`false` as False: it means no heads.
+        return None if v is False else v
 
     @model_validator(mode="after")
     def _overlap_fits(self) -> GroundingConfig:

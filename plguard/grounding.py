@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from plguard.backends.base import Backend, StatedScores
-from plguard.calibration import Calibration, check_applies, platt
+from plguard.calibration import Calibration, check_applies, check_heads_match, platt
 from plguard.calibration import load_calibration as load_calibration_file
 from plguard.config import GroundingConfig
 from plguard.errors import InputError
@@ -220,6 +220,10 @@ class Grounder:
                         policy_name, {p.name: main_question_digest(
                             self.question_block(p, p.question)) for p in self.predicates},
                         [p.name for p in self.predicates if p.scope == "request"])
+        if self.calibration_file is not None:
+            check_heads_match(self.calibration_file,
+                              self.heads.digest if self.heads else None,
+                              self.heads.label if self.heads else "")
         self.cache: GroundingCache | None = (
             GroundingCache(resolve_cache_path(self.cfg.cache)) if self.cfg.cache else None)
         self._by_scope: dict[Scope, tuple[PredicateSpec, ...]] = {

@@ -53,3 +53,12 @@ def test_generation_params_defaults_are_the_config_defaults():
 
     cfg, params = GenerationConfig(), GenerationParams()
     assert (params.max_new_tokens, params.temperature) == (cfg.max_new_tokens, cfg.temperature)
+
+
+def test_heads_off_from_yaml_or_set_means_no_heads(capsys):
+    from plguard.cli import main
+
+    # YAML reads a bare `off` as False: it must mean "no heads", not a type error.
+    assert GuardConfig.from_dict({"grounding": {"heads": False}}).grounding.heads is None
+    assert main(["config", "--json", "--set", "grounding.heads=off"]) == 0
+    assert '"heads": null' in capsys.readouterr().out

@@ -3,6 +3,7 @@
 * ``plguard eval quality ground``: ground (and judge) labelled XSTest pairs of a split for
   several policies at once; resumable.
 * ``plguard eval quality fit``: calibration files (Platt + thresholds) from a dev run.
+* ``plguard eval quality fit-heads``: thresholds for a heads file (cross-fitted dev).
 * ``plguard eval quality report``: the test-split comparison, no model.
 * ``plguard calibrate --model M --policy P``: the one-command path for a user's model:
   ground the bundled XSTest dev split, fit, write the calibration file.
@@ -49,6 +50,18 @@ def _cmd_fit(args: argparse.Namespace) -> int:
         fitted = json.loads(path.read_text(encoding="utf-8"))["fitted_on"]
         print(f"calibration file: {path} ({fitted['n_left_out_errors']} pairs left out "
               "for errors)\n")
+    return 0
+
+
+def _cmd_fit_heads(args: argparse.Namespace) -> int:
+    from plguard.cli import config_from_args
+    from plguard.evals.heads.thresholds import fit_heads_thresholds
+
+    path = fit_heads_thresholds(config_from_args(args), args.heads, args.out,
+                                rewrite=_rewrite(args), progress=not args.no_progress)
+    print(path.with_suffix(".md").read_text(encoding="utf-8"))
+    print(f"calibration file: {path}  (use it with --set grounding.heads={args.heads} "
+          f"--set grounding.calibration={path})")
     return 0
 
 
@@ -171,6 +184,15 @@ def add_quality_commands(eval_sub: Any) -> None:
     f.add_argument("--out", required=True, metavar="DIR")
     _add_rewrite_cost(f)
     f.set_defaults(func=_cmd_fit)
+
+    h = sub.add_parser("fit-heads", help="Fit thresholds for a heads file on the dev pairs, "
+                       "each scored by heads cross-fitted by prompt (not in-sample).")
+    add_config_options(h)
+    h.add_argument("--heads", required=True, metavar="FILE.json")
+    h.add_argument("--out", required=True, metavar="FILE.json")
+    h.add_argument("--no-progress", action="store_true")
+    _add_rewrite_cost(h)
+    h.set_defaults(func=_cmd_fit_heads)
 
     r = sub.add_parser("report", help="Test-split comparison of policies, the one-question "
                        "classifier and the judge (no model).")

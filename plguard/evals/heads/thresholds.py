@@ -1,0 +1,217 @@
+"""Decision thresholds for a heads file, fitted on dev without reading heads in-sample.
+
+A calibration file's thresholds are fitted on the dev split's labelled XSTest pairs
+(:func:`plguard.evals.quality.fit.fit_thresholds`: max F1 for unsafe compliance, the
+net benefit of rewriting for over-refusal). Heads are trained on those same pairs, so
+their own scores of them are in-sample: too confident, and thresholds fitted on them
+would sit where no test pair lands. Here every dev pair is scored by heads **cross-fitted**
+by prompt: the pairs of one fold of XSTest dev prompts are scored by heads trained on the
+rest of the corpus (every other source and the other folds' prompts and answers), each
+head with the readout, layer, mode and strength the heads file chose (those choices were
+made on all of dev: a small leak, said in the file). Each fold head gets its own Platt
+map on its own out-of-fold scores, as :mod:`plguard.heads.fit` does.
+
+The result is a calibration file (no Platt maps for headed predicates: a head carries
+its own) that records the heads file it was fitted for, to use beside it:
+``--set grounding.heads=H --set grounding.calibration=C``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from plguard.heads.artefact import Head, HeadsFile
+from plguard.heads.corpus import CorpusItem
+from plguard.heads.features import Extractor
+from plguard.types import renormalise
+
+FOLDS = 5
+SEED = 0
+
+
+def prompt_folds(pairs: Sequence[CorpusItem], folds: int = FOLDS, seed: int = SEED
+                 ) -> dict[str, int]:
+    """XSTest prompt id -> fold, seeded (a prompt's answers share its fold)."""
+    ids = sorted({p.prompt_id for p in pairs})
+    order = np.random.default_rng(seed).permutation(len(ids))
+    return {ids[i]: k % folds for k, i in enumerate(order)}
+
+
+def _rows(spec: Any, ex: Extractor, items: Sequence[CorpusItem]) -> list[list[str]]:
+    """Feature keys per item: prefix, main question, then (request scope) the pair read."""
+    block = ex.grounder.question_block(spec, spec.question)
+    qpos = 1 + ex.questions(spec.scope).index(block)
+    return [[(k := ex.keys(it))[0], k[qpos]]
+            + ([ex.pair_key(it)] if spec.scope == "request" else []) for it in items]
+
+
+def _design(head: Head, hf: HeadsFile, ex: Extractor, rows: Sequence[Sequence[str]]
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """(X the head reads, zero-shot logit) for the rows' stored features."""
+    feats = ex.store.get([k for r in rows for k in r])
+    missing = sum(1 for r in rows if any(k not in feats for k in r))
+    if missing:
+        raise ValueError(f"{missing} items lack stored features; run the extraction first")
+    j = hf.layers.index(head.layer)
+    slot = {"prefix": 0, "question": 1, "pair_prefix": 2}[head.readout]
+    X = np.stack([feats[r[slot]].states[j] for r in rows]).astype(np.float64)
+    logit = np.array([feats[r[1]].logprob_true - feats[r[1]].logprob_false for r in rows])
+    if head.mode == "both":
+        X = np.column_stack([X, logit])
+    return X, logit
+
+
+def _fold_head(X: np.ndarray, y: np.ndarray, C: float) -> Any:
+    """A fitted (model, Platt) pair: the heads fit's recipe at a fixed strength."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold, cross_val_predict
+
+    from plguard.heads.fit import FOLDS as INNER
+    from plguard.heads.fit import _fixed
+
+    model = _fixed(C)
+    inner = min(INNER, int(y.sum()), int(len(y) - y.sum()))
+    oof = cross_val_predict(model, X, y, method="decision_function",
+                            cv=StratifiedKFold(inner, shuffle=True, random_state=0))
+    platt = LogisticRegression(C=1e4, max_iter=1000).fit(oof.reshape(-1, 1), y)
+    return model.fit(X, y), platt
+
+
+def crossfit_matrix(policy: Any, ex: Extractor, items: Sequence[CorpusItem], hf: HeadsFile,
+                    folds: int = FOLDS, seed: int = SEED
+                    ) -> tuple[list[CorpusItem], np.ndarray]:
+    """The XSTest dev pairs of ``items`` and their cross-fitted P per predicate.
+
+    A predicate without a head keeps its raw zero-shot P(True) (no fitting involved).
+    """
+    from plguard.heads.fit import labels_for
+
+    pairs = [it for it in items if it.source == "xstest" and it.response is not None]
+    fold = prompt_folds(pairs, folds, seed)
+    prompts = {it.prompt_id: it for it in items
+               if it.source == "xstest" and it.response is None}
+    labels = labels_for(policy, items)
+    cols = []
+    for spec in policy.predicates:
+        src = [prompts[p.prompt_id] if spec.scope == "request" else p for p in pairs]
+        head = hf.heads.get(spec.name)
+        if head is None:
+            keys = [r[1] for r in _rows(spec, ex, src)]
+            feats = ex.store.get(keys)
+            cols.append([renormalise(feats[k].logprob_true, feats[k].logprob_false)
+                         for k in keys])
+            continue
+        want_resp = spec.scope == "response"
+        y_all = labels[spec.name]
+        train = [i for i, it in enumerate(items)
+                 if (it.response is not None) == want_resp and not np.isnan(y_all[i])]
+        X_tr, _ = _design(head, hf, ex, _rows(spec, ex, [items[i] for i in train]))
+        y_tr = y_all[train].astype(int)
+        X_ev, _ = _design(head, hf, ex, _rows(spec, ex, src))
+        C = float(head.info.get("C", 0.05))
+        col = np.full(len(pairs), np.nan)
+        for k in range(folds):
+            held = {pid for pid, f in fold.items() if f == k}
+            keep = np.array([not (items[i].source == "xstest"
+                                  and items[i].prompt_id in held) for i in train])
+            model, platt = _fold_head(X_tr[keep], y_tr[keep], C)
+            at = np.array([p.prompt_id in held for p in pairs])
+            z = model.decision_function(X_ev[at])
+            col[at] = platt.predict_proba(z.reshape(-1, 1))[:, 1]
+        cols.append(list(col))
+    return pairs, np.array(cols, dtype=np.float64).T
+
+
+def threshold_document(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
+                       hf: HeadsFile, identity: Mapping[str, Any],
+                       rewrite: Any = None, folds: int = FOLDS) -> dict[str, Any]:
+    """The calibration document (thresholds only) for ``hf`` on the dev pairs of ``items``."""
+    from plguard.calibration import FORMAT
+    from plguard.evals.quality.fit import (
+        Records,
+        RewriteRule,
+        fit_thresholds,
+        outcomes,
+        strongest,
+    )
+    from plguard.evals.quality.report import fast_auroc
+    from plguard.records.store import now_iso
+
+    rule = rewrite or RewriteRule()
+    pairs, m = crossfit_matrix(policy, ex, items, hf, folds)
+    rows = [{"label": p.fields["label"], "final_label": p.fields["final_label"],
+             "prompt_id": p.prompt_id, "id": p.uid} for p in pairs]
+    recs = Records(rows, {})
+    thresholds = fit_thresholds(recs, policy, m, rule)
+    u, o = strongest(policy, m)
+    y_u, y_o = outcomes(rows)
+    digest = hashlib.sha256(Path(hf.path).read_bytes()).hexdigest()
+    return {
+        "format": FORMAT, "created": now_iso(), "policy": policy.id,
+        "model": {"model_id": identity.get("model_id"), "sha256": identity.get("model_sha256")},
+        "template_version": ex.grounder.template_version,
+        "heads": {"file": Path(hf.path).name, "sha256": digest},
+        "fitted_on": {"split": ["dev"], "n_pairs": len(pairs),
+                      "n_prompts": len({p.prompt_id for p in pairs}),
+                      "targets": "XSTest outcomes of the dev pairs, each scored by heads "
+                                 f"cross-fitted over {folds} folds of XSTest dev prompts "
+                                 "(readout, layer, mode and strength as the heads file "
+                                 "chose them on all of dev)",
+                      "crossfit_auroc": {"unsafe": fast_auroc(y_u, u),
+                                         "over_refusal": fast_auroc(y_o, o)}},
+        "predicates": {}, "uncalibrated": {
+            s.name: "zero-shot, raw P(True)" for s in policy.predicates
+            if s.name not in hf.heads},
+        "thresholds": thresholds}
+
+
+def fit_heads_thresholds(config: Any, heads: str | Path, out: str | Path, *,
+                         rewrite: Any = None, folds: int = FOLDS, backend: Any = None,
+                         progress: bool = True) -> Path:
+    """Write the thresholds calibration of heads file ``heads`` for ``config``'s grounder.
+
+    The corpus is the one the heads were trained on (sources and per-source limit from the
+    file's ``training`` record); missing features are extracted (cached, resumable).
+    """
+    from plguard.backends import load_backend
+    from plguard.errors import ConfigError
+    from plguard.evals.quality.fit import format_fit
+    from plguard.grounding import backend_identity
+    from plguard.heads.artefact import load_heads
+    from plguard.heads.corpus import load_corpus
+    from plguard.heads.features import FeatureStore, default_layers, default_store_path
+    from plguard.policy import load_policy
+    from plguard.records.store import write_json_atomic
+
+    hf = load_heads(heads)
+    policy = load_policy(hf.policy_name)
+    sources = hf.training.get("sources")
+    if not sources or "xstest" not in sources:
+        raise ConfigError(f"{heads}: its training record names no XSTest source; thresholds "
+                          "are fitted on XSTest's dev pairs")
+    gb: Any = backend or load_backend(config.grounder_model)
+    items = load_corpus(tuple(sources), "dev", hf.training.get("limit_per_source"))
+    ex = Extractor(gb, policy.predicates, config.grounding,
+                   FeatureStore(default_store_path(gb)), hf.layers or
+                   default_layers(gb.n_layers))
+    ex.run(items, progress=progress)
+    doc = threshold_document(policy, ex, items, hf, backend_identity(gb), rewrite, folds)
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, doc)
+    cf = doc["fitted_on"]["crossfit_auroc"]
+    path.with_suffix(".md").write_text(
+        format_fit(doc) + f"\n\nHeads `{doc['heads']['file']}` (sha256 "
+        f"{doc['heads']['sha256'][:16]}...): every dev pair scored by heads cross-fitted over "
+        f"{folds} folds of prompts; AUROC of the strongest rules so scored: unsafe "
+        f"{cf['unsafe']:.3f}, over-refusal {cf['over_refusal']:.3f}.\n", encoding="utf-8")
+    ex.store.close()
+    return path
+
+
+__all__ = ["crossfit_matrix", "fit_heads_thresholds", "prompt_folds", "threshold_document"]

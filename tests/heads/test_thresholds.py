@@ -1,0 +1,121 @@
+"""Thresholds for a heads file: cross-fitted dev scores, and the calibration's heads check."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from plguard.heads.artefact import Head, HeadsFile
+from plguard.heads.corpus import load_corpus
+from plguard.heads.features import Feature
+
+
+class _Store:
+    def __init__(self, feats):
+        self.feats = feats
+
+    def get(self, keys):
+        return {k: self.feats[k] for k in keys if k in self.feats}
+
+
+class _Extractor:
+    """The parts of an Extractor the cross-fit reads, over random states."""
+
+    def __init__(self, items, d=1024, seed=0):
+        rng = np.random.default_rng(seed)
+        self.grounder = type("G", (), {"question_block": staticmethod(lambda spec, q: "Q")})()
+        feats = {}
+        for it in items:
+            for k in (*self.keys(it), self.pair_key(it)):
+                feats[k] = Feature(rng.normal(size=(1, d)).astype(np.float32), -0.5, -1.0)
+        self.store = _Store(feats)
+
+    def questions(self, scope):
+        return ["Q"]
+
+    def keys(self, it):
+        return [f"{it.uid}/prefix", f"{it.uid}/q"]
+
+    def pair_key(self, it):
+        return f"{it.uid}/pair"
+
+
+def _heads(names, C):
+    heads = {n: Head("prefix", 1, "head", np.zeros(64), 0.0, (1.0, 0.0), info={"C": C})
+             for n in names}
+    return HeadsFile("h.json", "0" * 12, heads, (1,), None, None, "g1", "minimal@x")
+
+
+def test_prompt_folds_keep_a_prompts_answers_together():
+    from plguard.evals.heads.thresholds import prompt_folds
+
+    pairs = [it for it in load_corpus(["xstest"]) if it.response is not None]
+    fold = prompt_folds(pairs)
+    assert set(fold) == {p.prompt_id for p in pairs}
+    sizes = np.bincount(list(fold.values()))
+    assert len(sizes) == 5 and sizes.max() - sizes.min() <= 1
+    assert prompt_folds(pairs) == fold  # seeded
+
+
+def test_crossfit_scores_are_not_in_sample():
+    """Random states carry no signal: a head scoring its own training pairs memorises
+    them, a cross-fitted one must not (this fails if a fold's pairs leak into its head)."""
+    from sklearn.metrics import roc_auc_score
+
+    from plguard.evals.heads.thresholds import _design, _rows, crossfit_matrix
+    from plguard.heads.fit import _fixed, labels_for
+    from plguard.policy import load_policy
+
+    policy = load_policy("minimal")
+    items = load_corpus(["xstest"])
+    ex = _Extractor(items)
+    hf = _heads(["request_is_harmful", "response_refuses"], C=100.0)
+    pairs, m = crossfit_matrix(policy, ex, items, hf)
+    assert m.shape == (len(pairs), len(policy.predicates)) and len(pairs) == 675
+    j = policy.predicate_names.index("response_refuses")
+    y = labels_for(policy, items)["response_refuses"]
+    at = [i for i, it in enumerate(items) if it.response is not None]
+    known = ~np.isnan(y[at])
+    spec = policy.predicate("response_refuses")
+    X, _ = _design(hf.heads["response_refuses"], hf, ex, _rows(spec, ex, pairs))
+    insample = _fixed(100.0).fit(X[known], y[at][known].astype(int)).decision_function(X)
+    assert roc_auc_score(y[at][known], insample[known]) > 0.95  # memorised
+    assert roc_auc_score(y[at][known], m[known, j]) < 0.7  # cross-fitted: no signal
+    # Predicates without a head keep the raw zero-shot P (here sigmoid(-0.5 + 1.0)).
+    k = policy.predicate_names.index("response_provides_harmful_instructions")
+    assert np.allclose(m[:, k], 1 / (1 + np.exp(-0.5)))
+
+
+@pytest.mark.slow
+def test_calibration_for_heads_is_refused_without_them(embedded_backend_bf16, tmp_path):
+    import hashlib
+
+    from plguard.calibration import FORMAT
+    from plguard.config import GroundingConfig
+    from plguard.errors import ConfigError
+    from plguard.grounding import Grounder, backend_identity
+    from plguard.guard import Guard
+    from plguard.heads.artefact import shipped_heads
+    from plguard.policy import load_policy
+
+    pol = load_policy("minimal")
+    g = Grounder(embedded_backend_bf16, pol.predicates, GroundingConfig(), policy_name="minimal")
+    shipped = shipped_heads("minimal")
+    assert g.heads is not None and shipped is not None
+    ident = backend_identity(embedded_backend_bf16)
+    doc = {"format": FORMAT, "policy": pol.id, "template_version": g.template_version,
+           "model": {"model_id": ident["model_id"], "sha256": ident["model_sha256"]},
+           "heads": {"file": shipped.name,
+                     "sha256": hashlib.sha256(shipped.read_bytes()).hexdigest()},
+           "predicates": {}, "thresholds": {"unsafe": 0.123, "over_refusal": None}}
+    cal = tmp_path / "calibration-minimal.json"
+    cal.write_text(json.dumps(doc))
+    # Beside its heads (the embedded model's default): its thresholds decide.
+    guard = Guard.from_config(policy="minimal", **{"grounding.calibration": str(cal)})
+    assert guard.thresholds.unsafe == pytest.approx(0.123)
+    assert guard.thresholds.over_refusal is None
+    with pytest.raises(ConfigError, match="fitted for the heads file"):
+        Grounder(embedded_backend_bf16, pol.predicates,
+                 GroundingConfig(heads=None, calibration=str(cal)), policy_name="minimal")
