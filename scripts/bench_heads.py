@@ -1,17 +1,19 @@
 """What learned heads cost: grounding time with and without heads, and one-read grounding.
 
     python scripts/bench_heads.py [--pairs 16] [--repeats 3] [--policy minimal]
+        [--model embedded|FILE.gguf] [--heads FILE.json]
 
-Side by side in one run, on the embedded model (real forwards; head weights random but of
-the real shape, which is all that timing depends on), the same pairs each way:
+Side by side in one run, on the embedded model or ``--model`` (real forwards; head
+weights random but of the real shape, which is all that timing depends on), the same
+pairs each way:
 
 * zero-shot: today's grounding (every question asked, no hidden states kept);
 * heads (question readout): the same questions, each predicate's P from its head;
 * one read (prefix readouts): no question at all; response predicates read the end of the
   data block, request predicates the end of the request block inside the same prompt:
   one forward per pair;
-* shipped heads: the embedded model's default heads file for the policy (real weights:
-  the readouts its fit chose);
+* shipped heads: the embedded model's default heads file for the policy, or ``--heads``
+  (real weights: the readouts its fit chose);
 * one forward over the pair alone: the response-scope prompt's prefix, forwarded once
   (what one read can at best cost).
 
@@ -76,8 +78,10 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--policy", default="minimal")
+    ap.add_argument("--model", default="embedded")
+    ap.add_argument("--heads", help="A fitted heads file to time (default: the shipped one)")
     a = ap.parse_args()
-    backend = load_backend(ModelConfig(path="embedded"))
+    backend = load_backend(ModelConfig(path=a.model))
     policy = load_policy(a.policy)
     pairs = [PAIRS[i % len(PAIRS)] for i in range(a.pairs)]
     # Distinct texts, so request-scope memoisation does not hide forwards.
@@ -89,9 +93,9 @@ def main() -> None:
                                                                folder)),
                     "one read (prefix readout)": str(heads_file(backend, policy, "prefix",
                                                                 folder))}
-        shipped = shipped_heads(a.policy)
-        if shipped is not None:  # what the embedded guard grounds with by default
-            settings["shipped heads"] = str(shipped)
+        shipped = a.heads or (shipped_heads(a.policy) if a.model == "embedded" else None)
+        if shipped is not None:  # what the guard grounds with: fitted readouts, real weights
+            settings["fitted heads" if a.heads else "shipped heads"] = str(shipped)
         grounders = {k: Grounder(backend, policy.predicates,
                                  GroundingConfig(heads=v, paraphrases=False), policy_name=a.policy)
                      for k, v in settings.items()}
@@ -111,15 +115,16 @@ def main() -> None:
                 runs[k]()
                 times[k].append(time.perf_counter() - t)
     med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"embedded model ({backend.model_id}), policy {a.policy}, {a.pairs} pairs, "
+    print(f"model {backend.model_id}, policy {a.policy}, {a.pairs} pairs, "
           f"median of {a.repeats}:")
     for k, v in med.items():
         print(f"  {k:30s} {v:7.2f} s  ({v / a.pairs * 1000:6.0f} ms/pair)")
     zero, head = med["zero-shot"], med["heads (question readout)"]
     print(f"heads / zero-shot:                      {head / zero:.3f}")
     print(f"one read / zero-shot:                   {med['one read (prefix readout)'] / zero:.3f}")
-    if "shipped heads" in med:
-        print(f"shipped heads / zero-shot:               {med['shipped heads'] / zero:.3f}")
+    for k in ("shipped heads", "fitted heads"):
+        if k in med:
+            print(f"{k + ' / zero-shot:':40s}{med[k] / zero:.3f}")
     print(f"one read / one forward over the pair:   "
           f"{med['one read (prefix readout)'] / med['one forward over the pair']:.3f}")
 
