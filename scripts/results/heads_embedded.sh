@@ -5,7 +5,7 @@
 #
 #   scripts/results/heads_embedded.sh STAGE
 #
-# Stages, in order: features, fit, ship, report, bench.
+# Stages, in order: features, fit, ship, thresholds, report, xstest, bench.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 R=eval/results/heads-embedded
@@ -33,6 +33,26 @@ fit)      # one heads file per policy; the one question twice: with its question
     --readouts prefix --out $R/heads-one_question-prefix.json ;;
 ship)     # the embedded model's default heads, in the package
   for p in minimal detailed; do cp $R/heads-$p.json plguard/heads/shipped/embedded-$p.json; done ;;
+thresholds) # decision thresholds for the shipped minimal heads on cross-fitted dev pairs
+  pl eval quality fit-heads --heads $R/heads-minimal.json --out $R/calibration-minimal.json \
+    --no-progress ;;
+xstest)   # plguard (minimal, its shipped heads: the default, dev-fitted thresholds) on the
+          # embedded model's drafts of eval/results/xstest-cpu, test part; its base
+          # drafts are copied from there with its manifest (policy prompting and the judge
+          # ran with detailed: their rows are that run's, on the same drafts and prompts).
+          # The grounder is the transformers backend (vLLM returns no hidden states), the
+          # generator (rewrites) the vLLM one the drafts were made with.
+  X=eval/results/xstest-cpu; XH=eval/results/xstest-embedded-heads
+  mkdir -p $XH
+  for f in manifest.json base.jsonl; do
+    [ -e $XH/$f ] || cp $X/$f $XH/$f
+  done
+  pl eval xstest --config configs/xstest_cpu.yaml --backend vllm \
+    --set generator.batch_size=64 --set generator.max_context=2048 \
+    --set grounder.path=embedded --set grounder.backend=transformers \
+    --set grounder.dtype=bfloat16 --set grounder.device=cpu --policy minimal \
+    --methods plguard --scorers regex --split test \
+    --set grounding.calibration=$R/calibration-minimal.json --out $XH ;;
 report)
   python3 scripts/results/heads_report.py --out $R/test --pairs "$TEST" \
     --run "minimal zero-shot=minimal" --run "minimal heads=minimal:$R/heads-minimal.json" \

@@ -46,9 +46,10 @@ report)
     --run "one question, head at its answer=one_question:$R/heads-one_question-question.json" \
     --run "one head on the pair (outcome labels)=one_question:$R/heads-one_question-prefix.json" ;;
 xstest)   # plguard (minimal, heads, dev-fitted thresholds) on the 1.5B drafts of $X, test
-          # part; base, policy prompting and the judge are copied from $X with its manifest
+          # part; the base drafts are copied from $X with its manifest (policy prompting and
+          # the judge ran with detailed: their rows are $X's, on the same drafts)
   mkdir -p $X3
-  for f in manifest.json base.jsonl policy_prompting.jsonl llm_judge.jsonl; do
+  for f in manifest.json base.jsonl; do
     [ -e $X3/$f ] || cp $X/$f $X3/$f
   done
   pl eval xstest "${common[@]}" --policy minimal --methods plguard --scorers regex \

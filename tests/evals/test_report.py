@@ -104,3 +104,19 @@ def test_a_committed_run_of_the_bootstrap_era_still_reports(tmp_path):
     zero = [r for by in s["per_type"]["regex"].values() for r in by.values() if r.k == 0]
     assert zero and all(r.hi > 0 for r in zero)  # no [0, 0] at zero events
     assert "Wilson score 95% interval" in render_markdown(s)
+
+
+def test_a_method_run_on_one_split_is_called_a_split_run_not_partial():
+    from pathlib import Path
+
+    from plguard.evals.xstest.report import render_markdown
+
+    run = Path(__file__).resolve().parents[2] / "eval" / "results" / "xstest-cpu"
+    s = summarise(run)
+    s["counts"]["plguard"]["records"] = 315
+    s["n_common"] = 315
+    assert "**Partial run:**" in render_markdown(s)
+    s["manifest"]["sessions"] = [*s["manifest"]["sessions"], {"split": "test"}]
+    text = render_markdown(s)
+    assert "**Split run:**" in text and "test part only" in text
+    assert "rerun the same command" not in text

@@ -191,7 +191,14 @@ def render_markdown(s: dict[str, Any], plots: Sequence[str] = ()) -> str:
     L = ["# XSTest evaluation report", "", MODEL_NOTE.format(model=_model_name(man)), ""]
     n_all = int(man.get("n_prompts") or 0)
     done = {m: s["counts"][m]["records"] for m in s["methods"]}
-    if n_all and any(v < n_all for v in done.values()):
+    parts = sorted({str(x.get("split")) for x in man.get("sessions", [])
+                    if x.get("split") not in (None, "all")})
+    if n_all and any(v < n_all for v in done.values()) and parts:
+        # A method run on one split of prompts whose other methods cover every prompt.
+        L += [f"**Split run:** records per method {_counts(done)} of {n_all} prompts; a "
+              f"session ran on XSTest's {', '.join(parts)} part only. Every rate below is "
+              f"over the {s['n_common']} prompts that all methods share.", ""]
+    elif n_all and any(v < n_all for v in done.values()):
         L += [f"**Partial run:** records per method {_counts(done)} of {n_all} prompts "
               "(rerun the same command to resume; the runner interleaves XSTest types, so "
               "the finished part is a type-balanced sample). Every rate below is over the "
