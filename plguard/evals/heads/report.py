@@ -124,7 +124,7 @@ def render(doc: Mapping[str, Any]) -> str:
 
     lines = [f"# Heads vs zero-shot, {doc['model']}",
              "", f"Model weights sha256 {doc.get('model_sha256')}; made by "
-             f"`{' '.join(doc.get('argv') or [])}` (scripts/results/heads_embedded.sh report).",
+             f"`{' '.join(doc.get('argv') or [])}`.",
              "",
              f"XSTest test split, the seeded {doc['n_pairs']}-pair guard-labelled subset "
              f"({doc['n_unsafe_compliance']} unsafe compliances, {doc['n_over_refusal']} "
