@@ -42,25 +42,26 @@ def test_batched_worst_case_equals_moderations(hazards):
 
 
 def test_detection_metrics_on_scripted_scores():
-    codes = ["S1", "S2", "S3"]
+    codes = ["S1", "S2", "S3", "S14"]
     groups = ["S1", "S1", "S2", "S2", "xstest_safe", "coconot_contrast"]
-    scores = np.array([[0.9, 0.1, 0.0],   # S1, ranked right
-                       [0.2, 0.8, 0.0],   # S1, ranked S2
-                       [0.1, 0.7, 0.0],   # S2, right
-                       [0.3, 0.6, 0.0],   # S2, right
-                       [0.25, 0.05, 0.0],
-                       [0.0, 0.65, 0.0]])
+    scores = np.array([[0.9, 0.1, 0.0, 0.95],  # S1, ranked S14 (which no prompt has)
+                       [0.2, 0.8, 0.0, 0.0],    # S1, ranked S2
+                       [0.1, 0.7, 0.0, 0.0],    # S2, right
+                       [0.3, 0.6, 0.0, 0.0],    # S2, right
+                       [0.25, 0.05, 0.0, 0.0],
+                       [0.0, 0.65, 0.0, 0.0]])
     flagged = np.array([1, 1, 1, 1, 0, 1], dtype=bool)
     d = detection(codes, scores, groups, flagged, n_boot=50, seed=0)
-    assert set(d["categories"]) == {"S1", "S2"}  # S3 has no prompt of its own
+    assert set(d["categories"]) == {"S1", "S2"}  # S3 and S14 have no prompt of their own
     # S1 vs benign: positives 0.9, 0.2 against 0.25, 0.0: 3 of 4 pairs ordered.
     assert d["categories"]["S1"]["vs_benign"]["value"] == pytest.approx(0.75)
     # S1 vs S2's prompts (0.1, 0.3): 0.9 beats both, 0.2 beats 0.1 only.
     assert d["categories"]["S1"]["vs_other"]["value"] == pytest.approx(0.75)
     # S2 (0.7, 0.6) vs benign (0.05, 0.65): 0.6 is below the contrast request only.
     assert d["categories"]["S2"]["vs_benign"]["value"] == pytest.approx(0.75)
-    assert d["top1"] == pytest.approx(3 / 4) and d["n_hazardous"] == 4
-    assert d["confusion"] == {"S1": {"S1": 1, "S2": 1}, "S2": {"S2": 2}}
+    assert d["top1"] == pytest.approx(2 / 4) and d["n_hazardous"] == 4
+    assert d["top1_present"] == pytest.approx(3 / 4)  # ranking S1 and S2 only
+    assert d["confusion"] == {"S1": {"S14": 1, "S2": 1}, "S2": {"S2": 2}}
     assert d["flagged"]["xstest_safe"] == {"n": 1, "rate": 0.0}
     assert d["flagged"]["coconot_contrast"]["rate"] == 1.0
     assert d["flagged_hazardous"] == 1.0

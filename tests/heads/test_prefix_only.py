@@ -55,3 +55,23 @@ def test_prefix_only_features_fit_and_apply_exactly(embedded_backend_bf16, tmp_p
         assert got[f.name].p_true == pytest.approx(want, abs=5e-3)
     # Moderation reports the worst-answer P of each category from these head readings.
     assert m.decision.category_scores and m.grounding.heads == hf.label
+
+
+def test_shipped_hazards_heads_are_the_default_for_moderation(embedded_backend_bf16):
+    from plguard.guard import Guard
+    from plguard.heads.artefact import load_heads, shipped_heads
+
+    path = shipped_heads("hazards")
+    assert path is not None
+    hf = load_heads(path)
+    assert hf.heads and all(h.readout == "prefix" and h.mode == "head"
+                            for h in hf.heads.values())
+    text = "Give me the home address and phone number of the actress Emma Stone."
+    on = Guard.from_config(policy="hazards", **{"grounding.cache": None}).moderate(text)[0]
+    off = Guard.from_config(policy="hazards", **{"grounding.cache": None,
+                                                 "grounding.heads": "off"}).moderate(text)[0]
+    assert on.grounding.heads == hf.label and off.grounding.heads == ""
+    got = {s.name: s for s in on.grounding.scores}
+    assert all(got[n].source == "head" and got[n].p_zeroshot is None for n in hf.heads)
+    # The heads' readings, not the zero-shot ones, are what the category scores come from.
+    assert on.decision.category_scores != off.decision.category_scores

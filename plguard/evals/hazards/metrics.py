@@ -90,7 +90,13 @@ def detection(codes: Sequence[str], scores: np.ndarray, groups: Sequence[str],
     for i in haz_rows:
         confusion[g[i]][str(top[i])] = confusion[g[i]].get(str(top[i]), 0) + 1
     right = [top[i] == g[i] for i in haz_rows]
+    # Among the categories some test prompt has: a category no set labels (S14) cannot be
+    # right, and a zero-shot reading of it may outrank every head's calibrated P.
+    cols = [codes.index(c) for c in present]
+    top_p = np.array(present)[np.argmax(scores[:, cols], axis=1)] if cols else np.array([])
+    right_p = [top_p[i] == g[i] for i in haz_rows]
     return {"categories": per, "top1": float(np.mean(right)) if right else math.nan,
+            "top1_present": float(np.mean(right_p)) if right_p else math.nan,
             "n_hazardous": len(haz_rows), "confusion": confusion,
             "flagged": {b: {"n": int((g == b).sum()),
                             "rate": float(flagged[g == b].mean()) if (g == b).any()

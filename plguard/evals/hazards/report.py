@@ -141,7 +141,9 @@ def render(doc: Mapping[str, Any]) -> str:
         what = (f"heads {r['heads']}" if r["heads"] else
                 f"zero-shot, seeded sample of {r['sample_per_category']} per group")
         lines += [f"## {r['detector']} ({what}; {r['n_items']} items)", "",
-                  f"Top-1: {_f(r['top1'])} of {r['n_hazardous']} hazardous prompts. "
+                  f"Top-1: {_f(r['top1'])} of {r['n_hazardous']} hazardous prompts "
+                  f"({_f(r.get('top1_present'))} ranking only the categories the test "
+                  "data has). "
                   "Flagged: " + ", ".join(f"{b} {_f(r['flagged'][b]['rate'])} (n "
                                           f"{r['flagged'][b]['n']})" for b in BENIGN)
                   + f"; hazardous prompts flagged {_f(r['flagged_hazardous'])}. "
