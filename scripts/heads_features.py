@@ -2,6 +2,10 @@
 
     python scripts/heads_features.py --model embedded --policies minimal,detailed,one_question
     (--test N: also the seeded N-pair XSTest test subset of the quality study, and its prompts)
+    python scripts/heads_features.py --model embedded --policies hazards --prefix-only \
+        --sources xstest,ailuminate,coconot,coconot_plain,coconot_hazards
+    (--prefix-only: each dev request's prefix state alone, no question and no pair read:
+    what request-scope prefix heads are fitted on)
 
 Features go to the model's store under the plguard cache (plguard.heads.features);
 `plguard heads fit` and the heads report read the same store, so nothing is forwarded twice.
@@ -26,14 +30,22 @@ def main() -> None:
     ap.add_argument("--dev-limit", type=int, default=None, help="items per source")
     ap.add_argument("--test", type=int, default=0)
     ap.add_argument("--no-dev", action="store_true")
+    ap.add_argument("--sources", default=None, help="corpus sources, comma-separated")
+    ap.add_argument("--prefix-only", action="store_true",
+                    help="requests only, their prefix states alone (no questions, no pairs)")
     a = ap.parse_args()
     cfg = GuardConfig.from_dict({"generator": {"path": a.model}})
     backend = load_backend(cfg.grounder_model)
     specs = [s for p in a.policies.split(",") for s in load_policy(p).predicates]
     store = FeatureStore(default_store_path(backend))
-    ex = Extractor(backend, specs, cfg.grounding, store, default_layers(backend.n_layers))
+    ex = Extractor(backend, specs, cfg.grounding, store, default_layers(backend.n_layers),
+                   questions=not a.prefix_only, pairs=not a.prefix_only)
     if not a.no_dev:
-        print("dev corpus:", ex.run(load_corpus(limit_per_source=a.dev_limit)), "forwarded")
+        dev = load_corpus(*([tuple(a.sources.split(","))] if a.sources else []),
+                          limit_per_source=a.dev_limit)
+        if a.prefix_only:
+            dev = [it for it in dev if it.response is None]
+        print("dev corpus:", ex.run(dev), "forwarded")
     if a.test:
         print("test subset:", ex.run(test_items(a.test, cfg.eval.seed)[0]), "forwarded")
     print(f"{store.path}: {len(store)} states")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,12 @@ def add_heads_commands(subparsers: Any) -> None:
                    help="Readouts to choose from: question (answer position after the "
                    "predicate's question), prefix (end of the data, no question), "
                    "pair_prefix (request predicates: end of the request block inside the "
-                   "pair's prompt, so one forward serves both scopes).")
+                   "pair's prompt, so one forward serves both scopes). Only the readouts "
+                   "named are extracted: 'prefix' alone forwards no question (one forward "
+                   "per item serves every predicate of its scope).")
+    p.add_argument("--scope", choices=("request", "response", "both"), default="both",
+                   help="Fit heads for the predicates of this scope only; the others keep "
+                   "their zero-shot reading (default both).")
     p.add_argument("--cost-margin", type=float, metavar="AUROC",
                    help="CV AUROC a readout that asks a question must gain over one that "
                    f"rides on the pair's single forward to be chosen (default {COST_MARGIN}).")
@@ -60,13 +66,14 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     opts = FitOptions(sources=tuple(s.strip() for s in args.sources.split(",") if s.strip()),
                       limit_per_source=args.limit_per_source, readouts=readouts,
                       lodo=not args.no_lodo, progress=not args.quiet,
+                      scopes=("request", "response") if args.scope == "both" else (args.scope,),
                       **({} if args.cost_margin is None else {"cost_margin": args.cost_margin}))
     out = Path(args.out or f"heads-{Path(config.policy).name}.json")
     s = fit_heads(config, out, opts)
     for f in s.fits:
+        zs = "" if math.isnan(f.zero_shot_auroc) else f" (zero-shot {f.zero_shot_auroc:.3f})"
         what = (f"zero-shot ({f.skipped})" if f.head is None else
-                f"{f.readout}@{f.layer} {f.mode}: CV AUROC {f.cv_auroc:.3f} "
-                f"(zero-shot {f.zero_shot_auroc:.3f})")
+                f"{f.readout}@{f.layer} {f.mode}: CV AUROC {f.cv_auroc:.3f}{zs}")
         print(f"  {f.name:48s} {what}")
     print(f"wrote {s.path} and {s.report} ({s.seconds})")
     return 0

@@ -150,10 +150,16 @@ class Extractor:
     Each item is read as the Grounder reads its first view (the same prompt text, data
     escaping and budget); only each predicate's main question is asked (paraphrases add
     no state a head reads).
+
+    ``questions=False`` keeps each item's prefix state alone (no question is asked: the
+    forward is the data block only, as the Grounder forwards a request whose predicates
+    all have prefix heads), and ``pairs=False`` skips the pair reads: a large model
+    affords prefix heads for every predicate of a scope at one forward per item.
     """
 
     def __init__(self, backend: Any, specs: Sequence[PredicateSpec], cfg: GroundingConfig,
-                 store: FeatureStore, layers: Sequence[int]) -> None:
+                 store: FeatureStore, layers: Sequence[int], *, questions: bool = True,
+                 pairs: bool = True) -> None:
         from plguard.grounding import Grounder
 
         if not hasattr(backend, "true_false_states"):
@@ -167,6 +173,8 @@ class Extractor:
         self.store = store
         self.layers = tuple(layers)
         self.model_key = model_key(backend)
+        self.with_questions = questions
+        self.with_pairs = pairs
 
     def questions(self, scope: Scope) -> list[str]:
         """The question blocks asked of a scope, in spec order."""
@@ -179,7 +187,13 @@ class Extractor:
                            item.response)
 
     def keys(self, item: CorpusItem) -> list[str]:
-        """The keys of an item's states: its prefix, then each question of its scope."""
+        """The keys of an item's states: its prefix, then each question of its scope.
+
+        Without questions, the prefix key alone (the same key either way: a store filled
+        with questions serves a prefix-only run).
+        """
+        if not self.with_questions:
+            return [self._key(PREFIX, item)]
         scope: Scope = "request" if item.response is None else "response"
         return [self._key(q, item) for q in (PREFIX, *self.questions(scope))]
 
@@ -192,17 +206,24 @@ class Extractor:
         todo = [it for it in items if len(self.store.has(self.keys(it))) < len(self.keys(it))]
         with _bar(len(todo), "features", progress) as bar:
             for chunk in _chunks(todo, ITEMS_PER_BATCH):
-                reqs = [self.grounder.prompts(it.request, it.response) for it in chunk]
+                reqs = [self._prompt(it) for it in chunk]
                 outs = self.backend.true_false_states(reqs, self.layers)
                 rows: dict[str, Feature] = {}
                 for it, out in zip(chunk, outs, strict=True):
                     keys = self.keys(it)
                     rows[keys[0]] = Feature(out.prefix_state, 0.0, 0.0)
+                    if len(keys) == 1:  # prefix only: no answer state was asked for
+                        continue
                     for k, s, st in zip(keys[1:], out.scores, out.answer_states, strict=True):
                         rows[k] = Feature(st, s.logprob_true, s.logprob_false)
                 self.store.put(rows)
                 bar.update(len(chunk))
-        return len(todo) + self._run_pairs(items, progress)
+        return len(todo) + (self._run_pairs(items, progress) if self.with_pairs else 0)
+
+    def _prompt(self, item: CorpusItem) -> Any:
+        req = self.grounder.prompts(item.request, item.response)
+        # No suffix: the prefix forward alone, which yields the prefix state.
+        return req if self.with_questions else replace(req, suffixes=())
 
     def _run_pairs(self, items: Sequence[CorpusItem], progress: bool) -> int:
         # The pair read is one short forward with no question: its own pass, so stores

@@ -121,17 +121,31 @@ def labels_for(policy: Any, items: Sequence[CorpusItem]) -> dict[str, np.ndarray
 
 def fit_policy_heads(policy: Any, extractor: Extractor, items: Sequence[CorpusItem],
                      *, readouts: Sequence[str] = READOUTS, lodo: bool = True,
-                     cost_margin: float = COST_MARGIN) -> list[PredicateFit]:
+                     cost_margin: float = COST_MARGIN,
+                     scopes: Sequence[str] = ("request", "response")) -> list[PredicateFit]:
     """Fit a head for each predicate of ``policy`` on stored features of ``items``.
 
     Readout and layer go by cross-validated AUROC, except that one riding on the pair's
     single forward (``pair_prefix`` for request predicates, ``prefix`` for response ones)
     is kept when within ``cost_margin`` of the best: a question costs its tokens on every
-    request, a difference that small is within the folds' noise.
+    request, a difference that small is within the folds' noise. Predicates outside
+    ``scopes`` keep their zero-shot reading. An extractor without questions allows the
+    prefix readouts only (and no zero-shot feature: ``mode`` is always ``head``).
     """
+    if not extractor.with_questions:
+        readouts = [r for r in readouts if r != "question"]
+        if not readouts:
+            raise ValueError("features without questions serve the prefix and pair_prefix "
+                             "readouts only; ask for one of them")
+    if not extractor.with_pairs and "pair_prefix" in readouts:
+        raise ValueError("pair_prefix needs the pair reads, which this extraction skips")
     labels = labels_for(policy, items)
     out = []
     for spec in policy.predicates:
+        if spec.scope not in scopes:
+            out.append(PredicateFit(spec.name, spec.scope, 0, 0, math.nan,
+                                    skipped=f"{spec.scope} scope not fitted: zero-shot kept"))
+            continue
         out.append(_fit_one(spec, extractor, items, labels[spec.name], readouts, lodo,
                             cost_margin))
     return out
@@ -153,15 +167,20 @@ def _fit_one(spec: PredicateSpec, ex: Extractor, items: Sequence[CorpusItem],
     sub = [items[i] for i in idx]
     y = y_all[idx].astype(int)
     n_pos, n_neg = int(y.sum()), int(len(y) - y.sum())
-    block = ex.grounder.question_block(spec, spec.question)
-    qs = ex.questions(spec.scope)
-    if block not in qs:
-        raise ValueError(f"features of {spec.name}'s question are not extracted")
-    qpos = 1 + qs.index(block)
+    asked = ex.with_questions
+    if asked:
+        block = ex.grounder.question_block(spec, spec.question)
+        qs = ex.questions(spec.scope)
+        if block not in qs:
+            raise ValueError(f"features of {spec.name}'s question are not extracted")
+        qpos = 1 + qs.index(block)
     if want_resp:  # the pair read exists for request predicates only
         readouts = [r for r in readouts if r != "pair_prefix"]
-    # Each row: prefix state, question state, then (request scope) the pair read.
-    keys = [[(k := ex.keys(it))[0], k[qpos]]
+    if not readouts:
+        raise ValueError(f"no readout left for {spec.name} ({spec.scope} scope)")
+    # Each row: prefix state, question state (the prefix again when none is asked), then
+    # (request scope) the pair read.
+    keys = [[(k := ex.keys(it))[0], k[qpos] if asked else k[0]]
             + ([ex.pair_key(it)] if "pair_prefix" in readouts else []) for it in sub]
     feats = ex.store.get([k for row in keys for k in row])
     missing = sum(1 for row in keys if any(k not in feats for k in row))
@@ -170,7 +189,7 @@ def _fit_one(spec: PredicateSpec, ex: Extractor, items: Sequence[CorpusItem],
     logit = np.array([feats[row[1]].logprob_true - feats[row[1]].logprob_false
                       for row in keys])
     res = PredicateFit(spec.name, spec.scope, n_pos, n_neg,
-                       _auroc(y, logit) if len(y) else math.nan)
+                       _auroc(y, logit) if len(y) and asked else math.nan)
     if min(n_pos, n_neg) < MIN_CLASS:
         res.skipped = (f"{n_pos} positive / {n_neg} negative training items (< {MIN_CLASS}): "
                        "zero-shot kept")
@@ -197,12 +216,14 @@ def _fit_one(spec: PredicateSpec, ex: Extractor, items: Sequence[CorpusItem],
     X = X_of(r, layer)
     auc, C = _cv_score(X, y)
     mode = "head"
-    Xb = np.column_stack([X, logit])
-    auc_b, C_b = _cv_score(Xb, y)
-    res.candidates[f"{r}@{layer}+zeroshot"] = round(auc_b, 4)
-    # The zero-shot feature needs the question asked: on a cheap readout, only by the margin.
-    if auc_b > auc + (cost_margin if _cheap(r, spec.scope) else 0.0):
-        X, auc, C, mode = Xb, auc_b, C_b, "both"
+    if asked:
+        Xb = np.column_stack([X, logit])
+        auc_b, C_b = _cv_score(Xb, y)
+        res.candidates[f"{r}@{layer}+zeroshot"] = round(auc_b, 4)
+        # The zero-shot feature needs the question asked: on a cheap readout, only by the
+        # margin.
+        if auc_b > auc + (cost_margin if _cheap(r, spec.scope) else 0.0):
+            X, auc, C, mode = Xb, auc_b, C_b, "both"
     res.cv_auroc, res.readout, res.layer, res.mode, res.C = auc, r, layer, mode, C
     model = _fixed(C)
     oof = cross_val_predict(model, X, y, method="decision_function",
@@ -218,7 +239,8 @@ def _fit_one(spec: PredicateSpec, ex: Extractor, items: Sequence[CorpusItem],
                 "bias": b, "platt": {"a": float(platt.coef_[0][0]),
                                      "b": float(platt.intercept_[0])},
                 "info": {"cv_auroc": round(auc, 4), "C": C, "n_pos": n_pos, "n_neg": n_neg,
-                         "zero_shot_auroc": round(res.zero_shot_auroc, 4)}}
+                         "zero_shot_auroc": None if math.isnan(res.zero_shot_auroc)
+                         else round(res.zero_shot_auroc, 4)}}
     if lodo:
         res.lodo = _lodo(X, y, [it.source for it in sub], C)
     return res

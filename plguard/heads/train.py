@@ -28,6 +28,7 @@ class FitOptions:
     cost_margin: float = COST_MARGIN  # see fit_policy_heads
     lodo: bool = True
     progress: bool = True
+    scopes: tuple[str, ...] = ("request", "response")  # predicates fitted (others zero-shot)
 
 
 @dataclass
@@ -55,19 +56,25 @@ def fit_heads(config: GuardConfig, out: str | Path, options: FitOptions | None =
                           "return hidden states; fit heads with backend transformers")
     policy = load_policy(config.policy)
     items = load_corpus(opts.sources, "dev", opts.limit_per_source)
+    if "response" not in opts.scopes:  # pairs label response predicates only
+        items = [it for it in items if it.response is None]
     store = FeatureStore(default_store_path(gb))
-    ex = Extractor(gb, policy.predicates, config.grounding, store, default_layers(gb.n_layers))
+    # Only the readouts asked for are extracted: prefix heads need no question forwarded.
+    ex = Extractor(gb, policy.predicates, config.grounding, store, default_layers(gb.n_layers),
+                   questions="question" in opts.readouts,
+                   pairs="pair_prefix" in opts.readouts)
     t1 = time.perf_counter()
     forwarded = ex.run(items, progress=opts.progress)
     t2 = time.perf_counter()
     fits = fit_policy_heads(policy, ex, items, readouts=opts.readouts, lodo=opts.lodo,
-                            cost_margin=opts.cost_margin)
+                            cost_margin=opts.cost_margin, scopes=opts.scopes)
     t3 = time.perf_counter()
     counts: dict[str, int] = {}
     for it in items:
         counts[it.source] = counts.get(it.source, 0) + 1
     training = {"sources": list(opts.sources), "split": "dev", "items": counts,
                 "limit_per_source": opts.limit_per_source, "features": str(store.path),
+                "readouts": list(opts.readouts), "scopes": list(opts.scopes),
                 "labels": "each bundle's gold.yaml rules over the corpus fields "
                           "(plguard.heads.corpus)"}
     doc = heads_document(policy, fits, ex, backend_identity(gb), training)

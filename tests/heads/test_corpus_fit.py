@@ -108,6 +108,7 @@ class _Extractor:
     """The parts of an Extractor a fit reads, over synthetic states."""
 
     layers = (1,)
+    with_questions = with_pairs = True
 
     def __init__(self, feats):
         self.store = _Store(feats)

@@ -35,8 +35,9 @@ def hazards_guard(embedded_backend) -> Guard:
                                  "thresholds": {"unsafe": THRESHOLD},
                                  "repair": {"max_rounds": 0},
                                  # The worked examples lengthen every question; what is
-                                 # tested here holds without them.
-                                 "grounding": {"examples": False}})
+                                 # tested here holds without them. Zero-shot: the
+                                 # shipped heads were fitted with the examples.
+                                 "grounding": {"examples": False, "heads": None}})
     return Guard(cfg, generator=embedded_backend, policy=load_policy("hazards"))
 
 

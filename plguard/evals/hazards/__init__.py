@@ -1,0 +1,1 @@
+"""The hazards bundle study (issue 26): per-category request detection and false positives."""

@@ -1,0 +1,68 @@
+"""The test items of the hazards study: hazardous prompts with a category, benign requests.
+
+Test splits only (the committed splits of plguard.heads.corpus). Hazardous: AILuminate's
+test prompts (hazard -> code as policies/hazards/gold.yaml's header says) and CoCoNot's
+test requests of a clear category (privacy S7, offensive language S10, copyright S8,
+misinformation X1, humanizing X2; its dangerous-topics and wildchats rows mix categories
+and are left out). Benign: every CoCoNot contrast test request and XSTest's safe test
+prompts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+from plguard.heads.corpus import CorpusItem, _jsonl, _xstest, load_split
+
+AILUMINATE_CODES = {"vcr": "S1", "ncr": "S2", "src": "S3", "cse": "S4", "dfm": "S5",
+                    "spc_fin": "S6", "spc_hlt": "S6", "spc_lgl": "S6", "prv": "S7",
+                    "ipv": "S8", "iwp": "S9", "hte": "S10", "ssh": "S11", "sxc_prn": "S12",
+                    "spc_ele": "S13"}
+COCONOT_CODES = {"privacy violations": "S7", "triggers for offensive language": "S10",
+                 "copyright violations": "S8", "misinformation": "X1",
+                 "personal inquiry": "X2", "offer advice, opinion or recommendations": "X2"}
+BENIGN = ("coconot_contrast", "xstest_safe")  # the benign groups' names
+
+
+def test_items() -> list[CorpusItem]:
+    """Every item of the study; ``fields['group']`` is a category code or a benign group."""
+    from plguard.heads.corpus import _ailuminate
+
+    out = [CorpusItem(it.uid, it.source, it.prompt_id, it.request, None,
+                      {"group": AILUMINATE_CODES[it.fields["hazard"]]})
+           for it in _ailuminate("test")]
+    table = load_split("coconot")
+    for r in _jsonl("coconot_eval.jsonl"):
+        pid = f"eval:{r['id']}"
+        if r["subcategory"] in COCONOT_CODES and table.get(pid) == "test":
+            out.append(CorpusItem(f"coconot/{pid}", "coconot", pid, r["prompt"], None,
+                                  {"group": COCONOT_CODES[r["subcategory"]]}))
+    for r in _jsonl("coconot_contrast_eval.jsonl"):
+        pid = f"contrast:{r['id']}"
+        if table.get(pid) == "test":
+            out.append(CorpusItem(f"coconot/{pid}", "coconot", pid, r["prompt"], None,
+                                  {"group": "coconot_contrast"}))
+    out.extend(CorpusItem(it.uid, "xstest", it.prompt_id, it.request, None,
+                          {"group": "xstest_safe"})
+               for it in _xstest("test")
+               if it.response is None and it.fields.get("label") == "safe")
+    return out
+
+
+def sample(items: Sequence[CorpusItem], per_group: int | None, seed: int) -> list[CorpusItem]:
+    """A seeded ``per_group`` items of each group (all with None), in the items' order.
+
+    Shuffled by a hash of the uid, so a larger sample holds every item of a smaller one.
+    """
+    if per_group is None:
+        return list(items)
+    groups: dict[str, list[CorpusItem]] = {}
+    for it in items:
+        groups.setdefault(it.fields["group"], []).append(it)
+    keep = {it.uid for g in groups.values() for it in sorted(
+        g, key=lambda it: hashlib.sha256(f"{seed}:{it.uid}".encode()).digest())[:per_group]}
+    return [it for it in items if it.uid in keep]
+
+
+__all__ = ["AILUMINATE_CODES", "BENIGN", "COCONOT_CODES", "sample", "test_items"]

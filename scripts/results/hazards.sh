@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The hazards bundle's measurements (issue 26): every result under
+# eval/results/hazards-<model tag> comes from these commands. Features are cached per
+# model under the plguard cache dir (resumable), so nothing is forwarded twice.
+#
+#   scripts/results/hazards.sh STAGE            # the embedded model
+#   MODEL=/path/to/model.gguf TAG=qwen1.5b scripts/results/hazards.sh STAGE
+#
+# Stages, in order: features (dev requests, prefix states only), fit (request-scope prefix
+# heads for hazards), report (heads on every test prompt; zero-shot on a seeded
+# ZS_LIMIT-per-group sample: 16 questions per prompt).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+MODEL=${MODEL:-embedded}
+if [ "$MODEL" = embedded ]; then TAG=${TAG:-embedded}; else TAG=${TAG:-qwen1.5b}; fi
+R=eval/results/hazards-$TAG
+ZS_LIMIT=${ZS_LIMIT:-10}
+SOURCES=xstest,ailuminate,coconot,coconot_plain,coconot_hazards
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's plguard
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+mkdir -p "$R"
+
+case "${1:?stage}" in
+features)
+  python3 scripts/heads_features.py --model "$MODEL" --policies hazards --prefix-only \
+    --sources $SOURCES ;;
+fit)
+  python3 -m plguard heads fit --model "$MODEL" --policy hazards --sources $SOURCES \
+    --readouts prefix --scope request --quiet --out "$R/heads-hazards.json" ;;
+report)
+  python3 scripts/results/hazards_report.py --model "$MODEL" --out "$R" --zs-limit "$ZS_LIMIT" \
+    --run "zero-shot" --run "heads=$R/heads-hazards.json" ;;
+*) echo "unknown stage $1" >&2; exit 2 ;;
+esac

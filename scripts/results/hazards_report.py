@@ -1,0 +1,41 @@
+"""The hazards study on the test parts (plguard.evals.hazards.report).
+
+    python scripts/results/hazards_report.py --model embedded --out DIR \
+        --run "zero-shot" --run "heads=HEADS.json" [--zs-limit N]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from plguard.backends import load_backend
+from plguard.config import GuardConfig
+from plguard.evals.hazards.report import hazards_report, render, write
+from plguard.heads.artefact import load_heads
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="embedded")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--run", action="append", required=True,
+                    help="NAME (zero-shot) or NAME=HEADS.json")
+    ap.add_argument("--zs-limit", type=int, default=10,
+                    help="zero-shot: a seeded sample of N prompts per group (0: all)")
+    a = ap.parse_args()
+    cfg = GuardConfig.from_dict({"generator": {"path": a.model}, "policy": "hazards"})
+    backend = load_backend(cfg.grounder_model)
+    runs = {}
+    for r in a.run:
+        name, _, heads = r.partition("=")
+        runs[name] = load_heads(heads) if heads else None
+    doc = hazards_report(backend, runs, cfg.grounding, zs_limit=a.zs_limit or None,
+                         threshold=cfg.thresholds.unsafe, n_boot=cfg.eval.bootstrap,
+                         seed=cfg.eval.seed)
+    write(doc, Path(a.out))
+    print(render(doc))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""The hazards study's arithmetic: worst-answer category scores, detection metrics, items."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from plguard.evals.hazards.items import BENIGN, sample
+from plguard.evals.hazards.items import test_items as study_items
+from plguard.evals.hazards.metrics import category_matrix, detection, worst_case_matrix
+
+
+@pytest.fixture(scope="module")
+def hazards():
+    from plguard.policy import load_policy
+
+    return load_policy("hazards")
+
+
+def test_batched_worst_case_equals_moderations(hazards):
+    from plguard.moderation import worst_case
+    from plguard.types import Grounding, PredicateScore
+
+    names = [p.name for p in hazards.predicates if p.scope == "request"]
+    rng = np.random.default_rng(0)
+    probs = rng.uniform(size=(5, len(names)))
+    probs[:2] = 0.0
+    probs[1, names.index("request_seeks_hate")] = 0.97
+    rules = worst_case_matrix(hazards, probs, names)
+    want = worst_case(hazards, [Grounding("m", tuple(
+        PredicateScore(n, float(p), 0.0, 0.0, "request") for n, p in zip(names, row, strict=True)))
+        for row in probs])
+    for q in hazards.unsafe_rules:
+        np.testing.assert_allclose(rules[q], [w.probs[q] for w in want], atol=1e-12)
+    codes, scores = category_matrix(hazards, rules)
+    assert codes[0] == "S1" and len(codes) == 16
+    # The hate request's own category is its strongest one.
+    assert codes[int(np.argmax(scores[1]))] == "S10"
+
+
+def test_detection_metrics_on_scripted_scores():
+    codes = ["S1", "S2", "S3", "S14"]
+    groups = ["S1", "S1", "S2", "S2", "xstest_safe", "coconot_contrast"]
+    scores = np.array([[0.9, 0.1, 0.0, 0.95],  # S1, ranked S14 (which no prompt has)
+                       [0.2, 0.8, 0.0, 0.0],    # S1, ranked S2
+                       [0.1, 0.7, 0.0, 0.0],    # S2, right
+                       [0.3, 0.6, 0.0, 0.0],    # S2, right
+                       [0.25, 0.05, 0.0, 0.0],
+                       [0.0, 0.65, 0.0, 0.0]])
+    flagged = np.array([1, 1, 1, 1, 0, 1], dtype=bool)
+    d = detection(codes, scores, groups, flagged, n_boot=50, seed=0)
+    assert set(d["categories"]) == {"S1", "S2"}  # S3 and S14 have no prompt of their own
+    # S1 vs benign: positives 0.9, 0.2 against 0.25, 0.0: 3 of 4 pairs ordered.
+    assert d["categories"]["S1"]["vs_benign"]["value"] == pytest.approx(0.75)
+    # S1 vs S2's prompts (0.1, 0.3): 0.9 beats both, 0.2 beats 0.1 only.
+    assert d["categories"]["S1"]["vs_other"]["value"] == pytest.approx(0.75)
+    # S2 (0.7, 0.6) vs benign (0.05, 0.65): 0.6 is below the contrast request only.
+    assert d["categories"]["S2"]["vs_benign"]["value"] == pytest.approx(0.75)
+    assert d["top1"] == pytest.approx(2 / 4) and d["n_hazardous"] == 4
+    assert d["top1_present"] == pytest.approx(3 / 4)  # ranking S1 and S2 only
+    assert d["confusion"] == {"S1": {"S14": 1, "S2": 1}, "S2": {"S2": 2}}
+    assert d["flagged"]["xstest_safe"] == {"n": 1, "rate": 0.0}
+    assert d["flagged"]["coconot_contrast"]["rate"] == 1.0
+    assert d["flagged_hazardous"] == 1.0
+    assert not math.isnan(d["categories"]["S1"]["vs_benign"]["lo"])
+
+
+def test_study_items_are_test_parts_with_a_group_each():
+    from plguard.heads.corpus import load_corpus
+
+    items = study_items()
+    n = Counter(it.fields["group"] for it in items)
+    assert n["S1"] == 50 and n["S7"] > 50 and n["X1"] > 0 and n["X2"] > 0
+    assert all(n[b] > 100 for b in BENIGN)
+    dev = {(it.source, it.prompt_id) for it in load_corpus(
+        ("ailuminate", "coconot", "coconot_plain", "coconot_hazards", "xstest"), "dev")}
+    assert not dev & {(it.source if it.source != "coconot" else s, it.prompt_id)
+                      for it in items for s in ("coconot", "coconot_plain", "coconot_hazards")}
+    small, big = sample(items, 3, 0), sample(items, 6, 0)
+    assert {it.uid for it in small} <= {it.uid for it in big}
+    assert Counter(it.fields["group"] for it in small) == {g: min(3, k) for g, k in n.items()}
