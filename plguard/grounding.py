@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -36,7 +37,7 @@ from plguard.backends.base import Backend, StatedScores
 from plguard.calibration import Calibration, check_applies, check_heads_match, platt
 from plguard.calibration import load_calibration as load_calibration_file
 from plguard.config import GroundingConfig
-from plguard.errors import InputError
+from plguard.errors import ConfigError, InputError
 from plguard.grounding_cache import GroundingCache, cache_key, resolve_cache_path
 from plguard.heads.apply import (
     asks_question,
@@ -216,10 +217,19 @@ class Grounder:
             self.calibration = dict(self.calibration_file.predicates)
         self.heads: HeadsFile | None = resolve_heads(self.cfg.heads, backend, policy_name)
         if self.heads is not None:
-            check_heads(self.heads, backend, backend_identity(backend), self.template_version,
-                        policy_name, {p.name: main_question_digest(
-                            self.question_block(p, p.question)) for p in self.predicates},
-                        [p.name for p in self.predicates if p.scope == "request"])
+            try:
+                check_heads(self.heads, backend, backend_identity(backend),
+                            self.template_version, policy_name, {p.name: main_question_digest(
+                                self.question_block(p, p.question)) for p in self.predicates},
+                            [p.name for p in self.predicates if p.scope == "request"])
+            except ConfigError as exc:
+                if self.cfg.heads != "auto":
+                    raise
+                # 'auto' means "the shipped heads where they apply": grounding settings they
+                # were not fitted with (no worked examples, Yes/No words) read zero-shot.
+                warnings.warn(f"grounding.heads auto: the shipped heads do not apply here, "
+                              f"so grounding is zero-shot ({exc})", UserWarning, stacklevel=2)
+                self.heads = None
         if self.calibration_file is not None:
             check_heads_match(self.calibration_file,
                               self.heads.digest if self.heads else None,

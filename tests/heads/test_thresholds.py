@@ -119,3 +119,26 @@ def test_calibration_for_heads_is_refused_without_them(embedded_backend_bf16, tm
     with pytest.raises(ConfigError, match="fitted for the heads file"):
         Grounder(embedded_backend_bf16, pol.predicates,
                  GroundingConfig(heads=None, calibration=str(cal)), policy_name="minimal")
+
+
+@pytest.mark.slow
+def test_auto_heads_fall_back_to_zero_shot_where_settings_differ(embedded_backend_bf16,
+                                                                 tmp_path):
+    from plguard.config import GroundingConfig
+    from plguard.errors import ConfigError
+    from plguard.grounding import Grounder
+    from plguard.heads.artefact import shipped_heads
+    from plguard.policy import load_policy
+
+    pol = load_policy("minimal")
+    # The shipped heads were fitted with the worked examples: without them, 'auto' reads
+    # zero-shot (with a warning) instead of failing ...
+    with pytest.warns(UserWarning, match="shipped heads do not apply"):
+        g = Grounder(embedded_backend_bf16, pol.predicates, GroundingConfig(examples=False),
+                     policy_name="minimal")
+    assert g.heads is None
+    # ... while the same file named explicitly is refused.
+    with pytest.raises(ConfigError, match="question"):
+        Grounder(embedded_backend_bf16, pol.predicates,
+                 GroundingConfig(examples=False, heads=str(shipped_heads("minimal"))),
+                 policy_name="minimal")
