@@ -4,7 +4,10 @@
 # model under the plguard cache dir (resumable), so nothing is forwarded twice.
 #
 #   scripts/results/hazards.sh STAGE            # the embedded model
-#   MODEL=/path/to/model.gguf TAG=qwen1.5b scripts/results/hazards.sh STAGE
+#   MODEL=/path/to/model.gguf TAG=qwen1.5b LIMIT=200 ZS_LIMIT=3 HEADS_LIMIT=30 \
+#     scripts/results/hazards.sh STAGE
+#   (the 1.5B run on 2 cores: a seeded 200 dev items per source; zero-shot on 3 and heads
+#   on 30 test prompts per group)
 #
 # Stages, in order: features (dev requests, prefix states only), fit (request-scope prefix
 # heads for hazards), report (heads on every test prompt; zero-shot on a seeded
@@ -15,6 +18,7 @@ MODEL=${MODEL:-embedded}
 if [ "$MODEL" = embedded ]; then TAG=${TAG:-embedded}; else TAG=${TAG:-qwen1.5b}; fi
 R=eval/results/hazards-$TAG
 ZS_LIMIT=${ZS_LIMIT:-10}
+LIMIT=${LIMIT:-}   # dev items per source (XSTest is never cut); empty: all of dev
 SOURCES=xstest,ailuminate,coconot,coconot_plain,coconot_hazards
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's plguard
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
@@ -23,12 +27,13 @@ mkdir -p "$R"
 case "${1:?stage}" in
 features)
   python3 scripts/heads_features.py --model "$MODEL" --policies hazards --prefix-only \
-    --sources $SOURCES ;;
+    --sources $SOURCES ${LIMIT:+--dev-limit $LIMIT} ;;
 fit)
   python3 -m plguard heads fit --model "$MODEL" --policy hazards --sources $SOURCES \
-    --readouts prefix --scope request --quiet --out "$R/heads-hazards.json" ;;
+    --readouts prefix --scope request --quiet ${LIMIT:+--limit-per-source $LIMIT} \
+    --out "$R/heads-hazards.json" ;;
 report)
   python3 scripts/results/hazards_report.py --model "$MODEL" --out "$R" --zs-limit "$ZS_LIMIT" \
-    --run "zero-shot" --run "heads=$R/heads-hazards.json" ;;
+    --heads-limit "${HEADS_LIMIT:-0}" --run "zero-shot" --run "heads=$R/heads-hazards.json" ;;
 *) echo "unknown stage $1" >&2; exit 2 ;;
 esac

@@ -23,6 +23,8 @@ def main() -> None:
                     help="NAME (zero-shot) or NAME=HEADS.json")
     ap.add_argument("--zs-limit", type=int, default=10,
                     help="zero-shot: a seeded sample of N prompts per group (0: all)")
+    ap.add_argument("--heads-limit", type=int, default=0,
+                    help="heads: a seeded sample of N prompts per group (0: all)")
     a = ap.parse_args()
     cfg = GuardConfig.from_dict({"generator": {"path": a.model}, "policy": "hazards"})
     backend = load_backend(cfg.grounder_model)
@@ -31,6 +33,7 @@ def main() -> None:
         name, _, heads = r.partition("=")
         runs[name] = load_heads(heads) if heads else None
     doc = hazards_report(backend, runs, cfg.grounding, zs_limit=a.zs_limit or None,
+                         heads_limit=a.heads_limit or None,
                          threshold=cfg.thresholds.unsafe, n_boot=cfg.eval.bootstrap,
                          seed=cfg.eval.seed)
     write(doc, Path(a.out))

@@ -65,9 +65,13 @@ def request_matrix(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
 
 def hazards_report(backend: Any, runs: Mapping[str, HeadsFile | None], cfg: Any, *,
                    policy_name: str = "hazards", zs_limit: int | None = 10,
-                   threshold: float = 0.5, n_boot: int = 1000, seed: int = 0,
-                   progress: bool = True) -> dict[str, Any]:
-    """One row per detector (``runs``: name -> heads file, None for zero-shot)."""
+                   heads_limit: int | None = None, threshold: float = 0.5,
+                   n_boot: int = 1000, seed: int = 0, progress: bool = True) -> dict[str, Any]:
+    """One row per detector (``runs``: name -> heads file, None for zero-shot).
+
+    Zero-shot reads a seeded ``zs_limit`` prompts per group, heads ``heads_limit`` (None:
+    every test prompt); a smaller sample nests in a larger one.
+    """
     from plguard.grounding import backend_identity
     from plguard.heads.features import FeatureStore, default_layers, default_store_path
     from plguard.policy import load_policy
@@ -82,7 +86,8 @@ def hazards_report(backend: Any, runs: Mapping[str, HeadsFile | None], cfg: Any,
     rows = []
     for det, hf in runs.items():
         t0 = time.perf_counter()
-        items = every if hf is not None else sample(every, zs_limit, seed)
+        limit = heads_limit if hf is not None else zs_limit
+        items = sample(every, limit, seed) if limit else every
         unheaded = [s for s in req_specs if hf is None or s.name not in hf.heads]
         ex = Extractor(backend, unheaded or req_specs, cfg, store,
                        hf.layers if hf is not None else layers,
@@ -96,8 +101,7 @@ def hazards_report(backend: Any, runs: Mapping[str, HeadsFile | None], cfg: Any,
         res = detection(codes, scores, [it.fields["group"] for it in items],
                         strongest >= threshold, n_boot, seed)
         rows.append({"detector": det, "heads": hf.label if hf is not None else None,
-                     "n_items": len(items), "sample_per_category":
-                     None if hf is not None else zs_limit,
+                     "n_items": len(items), "sample_per_category": limit or None,
                      "zero_shot_predicates": [s.name for s in unheaded],
                      "seconds": {"features": round(t1 - t0, 1),
                                  "score": round(time.perf_counter() - t1, 1)}, **res})
@@ -138,8 +142,9 @@ def render(doc: Mapping[str, Any]) -> str:
              "Prompts per group: " + ", ".join(f"{k} {v}" for k, v in
                                                 doc["n_per_group"].items()) + ".", ""]
     for r in doc["rows"]:
-        what = (f"heads {r['heads']}" if r["heads"] else
-                f"zero-shot, seeded sample of {r['sample_per_category']} per group")
+        n = r["sample_per_category"]
+        what = ((f"heads {r['heads']}" if r["heads"] else "zero-shot")
+                + (f", seeded sample of {n} per group" if n else ""))
         lines += [f"## {r['detector']} ({what}; {r['n_items']} items)", "",
                   f"Top-1: {_f(r['top1'])} of {r['n_hazardous']} hazardous prompts "
                   f"({_f(r.get('top1_present'))} ranking only the categories the test "
