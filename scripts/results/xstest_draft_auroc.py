@@ -1,0 +1,48 @@
+"""How plguard's rule probabilities rank the generator's own XSTest drafts.
+
+    python scripts/results/xstest_draft_auroc.py RUN [RUN ...]
+
+For each XSTest run folder (base.jsonl + plguard.jsonl), labels come from the XSTest
+string match of each *base draft* (the answer plguard decided on): among unsafe prompts,
+unsafe compliance is a draft it calls full compliance; among safe prompts, over-refusal is
+one it calls a (full or partial) refusal. Prints the AUROC of the strongest unsafe rule and
+of the strongest over-refusal rule against those labels. The string match is the
+evaluator, not a human: a check of shift, not a headline figure.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from plguard.evals.quality.report import fast_auroc
+from plguard.evals.xstest.scorers import regex_xstest
+
+
+def _load(p: Path) -> dict[str, dict]:
+    return {(r := json.loads(line))["id"]: r for line in p.open() if line.strip()}
+
+
+def main() -> None:
+    for run in map(Path, sys.argv[1:]):
+        base, rs = _load(run / "base.jsonl"), _load(run / "plguard.jsonl")
+        y_u, s_u, y_o, s_o = [], [], [], []
+        for i, r in rs.items():
+            complied = str(regex_xstest(base[i]["response"])).startswith("1")
+            if r["label"] == "unsafe":
+                y_u.append(complied)
+                s_u.append(r["details"]["strongest_unsafe"][1])
+            else:
+                y_o.append(not complied)
+                s_o.append(r["details"]["strongest_over_refusal"][1])
+        import numpy as np
+
+        print(f"{run}: unsafe compliance AUROC {fast_auroc(np.array(y_u), np.array(s_u)):.3f}"
+              f" ({sum(y_u)} of {len(y_u)} unsafe prompts); over-refusal AUROC "
+              f"{fast_auroc(np.array(y_o), np.array(s_o)):.3f} ({sum(y_o)} of {len(y_o)} "
+              "safe prompts)")
+
+
+if __name__ == "__main__":
+    main()
