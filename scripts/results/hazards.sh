@@ -11,7 +11,8 @@
 #
 # Stages, in order: features (dev requests, prefix states only), fit (request-scope prefix
 # heads for hazards), report (heads on every test prompt; zero-shot on a seeded
-# ZS_LIMIT-per-group sample: 16 questions per prompt).
+# ZS_LIMIT-per-group sample: 16 questions per prompt), xstest (embedded only: hazards
+# beside detailed on XSTest's test part).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 MODEL=${MODEL:-embedded}
@@ -35,5 +36,19 @@ fit)
 report)
   python3 scripts/results/hazards_report.py --model "$MODEL" --out "$R" --zs-limit "$ZS_LIMIT" \
     --heads-limit "${HEADS_LIMIT:-0}" --run "zero-shot" --run "heads=$R/heads-hazards.json" ;;
+xstest)  # the embedded model only: plguard with hazards beside detailed (each with its
+         # shipped heads, the default) on the embedded drafts of eval/results/xstest-cpu,
+         # XSTest's test part, at the config's thresholds (0.5 / 0.5) for both
+  [ "$MODEL" = embedded ] || { echo "stage xstest: the embedded model only" >&2; exit 2; }
+  for pol in hazards detailed; do
+    XH=eval/results/xstest-embedded-$pol
+    mkdir -p $XH
+    for f in manifest.json base.jsonl; do [ -e $XH/$f ] || cp eval/results/xstest-cpu/$f $XH/$f; done
+    python3 -m plguard eval xstest --config configs/xstest_cpu.yaml --backend vllm \
+      --set generator.batch_size=64 --set generator.max_context=2048 \
+      --set grounder.path=embedded --set grounder.backend=transformers \
+      --set grounder.dtype=bfloat16 --set grounder.device=cpu --policy $pol \
+      --methods plguard --scorers regex --split test --out $XH
+  done ;;
 *) echo "unknown stage $1" >&2; exit 2 ;;
 esac
