@@ -109,9 +109,9 @@ def split_keys(name: str) -> list[tuple[str, str]]:
     if name == "ailuminate":
         return [(r["release_prompt_id"], r["hazard"]) for r in _ailuminate_rows()]
     if name == "coconot":
-        rows = [*(("eval", r) for r in _jsonl("coconot_eval.jsonl")),
-                *(("contrast", r) for r in _jsonl("coconot_contrast_eval.jsonl")),
-                *(("pref", r) for r in _jsonl("coconot_pref.jsonl"))]
+        rows = [*(("eval", r) for r in read_rows("coconot_eval.jsonl")),
+                *(("contrast", r) for r in read_rows("coconot_contrast_eval.jsonl")),
+                *(("pref", r) for r in read_rows("coconot_pref.jsonl"))]
         return [(f"{kind}:{r['id']}", f"{kind}/{r['subcategory']}") for kind, r in rows]
     raise ConfigError(f"no split keys for source '{name}'")
 
@@ -121,7 +121,8 @@ def _ailuminate_rows() -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
-def _jsonl(name: str) -> list[dict[str, Any]]:
+def read_rows(name: str) -> list[dict[str, Any]]:
+    """The rows of one vendored CoCoNot JSONL file."""
     path = data_root("coconot") / name
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
             if line.strip()]
@@ -164,15 +165,15 @@ def _coconot(split: str) -> Iterable[CorpusItem]:
                 and r["subcategory"] in COCONOT_SAFETY
                 and (split == "all" or table.get(f"{kind}:{r['id']}") == split))
 
-    for r in _jsonl("coconot_eval.jsonl"):
+    for r in read_rows("coconot_eval.jsonl"):
         if keep("eval", r):
             yield CorpusItem(f"coconot/eval:{r['id']}", "coconot", f"eval:{r['id']}",
                              r["prompt"], None, _coco_fields("unsafe", "eval", r))
-    for r in _jsonl("coconot_contrast_eval.jsonl"):
+    for r in read_rows("coconot_contrast_eval.jsonl"):
         if keep("contrast", r):
             yield CorpusItem(f"coconot/contrast:{r['id']}", "coconot", f"contrast:{r['id']}",
                              r["prompt"], None, _coco_fields("safe", "contrast", r))
-    for r in _jsonl("coconot_pref.jsonl"):
+    for r in read_rows("coconot_pref.jsonl"):
         if keep("pref", r):
             f = _coco_fields("safe", "pref", r)
             yield CorpusItem(f"coconot/pref:{r['id']}", "coconot", f"pref:{r['id']}",
@@ -198,7 +199,7 @@ def _coconot_plain(split: str) -> Iterable[CorpusItem]:
     files = (("eval", "coconot_eval.jsonl"), ("contrast", "coconot_contrast_eval.jsonl"),
              ("pref", "coconot_pref.jsonl"))
     for kind, name in files:
-        for r in _jsonl(name):
+        for r in read_rows(name):
             pid = f"{kind}:{r['id']}"
             if r["category"] == "Requests with safety concerns":
                 continue
@@ -212,7 +213,7 @@ def _coconot_hazards(split: str) -> Iterable[CorpusItem]:
     table = load_split("coconot")
     files = (("eval", "coconot_eval.jsonl", "unsafe"), ("pref", "coconot_pref.jsonl", "safe"))
     for kind, name, label in files:
-        for r in _jsonl(name):
+        for r in read_rows(name):
             pid = f"{kind}:{r['id']}"
             if (r["category"] != "Requests with safety concerns"
                     or r["subcategory"] not in COCONOT_HAZARDS
@@ -256,4 +257,4 @@ def load_corpus(sources: Sequence[str] = SOURCES, split: str = "dev",
 
 
 __all__ = ["LICENCES", "SOURCES", "CorpusItem", "data_root", "load_corpus", "load_split",
-           "make_split", "split_keys"]
+           "make_split", "read_rows", "split_keys"]

@@ -95,12 +95,13 @@ def _quick_score(X: np.ndarray, y: np.ndarray) -> float:
     """
     from sklearn.model_selection import StratifiedKFold, cross_val_predict
 
-    z = cross_val_predict(_fixed(QUICK_C), X, y, method="decision_function",
+    z = cross_val_predict(fixed_model(QUICK_C), X, y, method="decision_function",
                           cv=StratifiedKFold(FOLDS, shuffle=True, random_state=0))
     return _auroc(y, z)
 
 
-def _fixed(C: float) -> Any:
+def fixed_model(C: float) -> Any:
+    """Standardise, then an L2 logistic regression at strength ``C`` (unfitted)."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
@@ -225,7 +226,7 @@ def _fit_one(spec: PredicateSpec, ex: Extractor, items: Sequence[CorpusItem],
         if auc_b > auc + (cost_margin if _cheap(r, spec.scope) else 0.0):
             X, auc, C, mode = Xb, auc_b, C_b, "both"
     res.cv_auroc, res.readout, res.layer, res.mode, res.C = auc, r, layer, mode, C
-    model = _fixed(C)
+    model = fixed_model(C)
     oof = cross_val_predict(model, X, y, method="decision_function",
                             cv=StratifiedKFold(FOLDS, shuffle=True, random_state=0))
     from sklearn.linear_model import LogisticRegression
@@ -261,7 +262,7 @@ def _lodo(X: np.ndarray, y: np.ndarray, sources: Sequence[str], C: float
         yt, ytr = y[test], y[train]
         if not 0 < ytr.sum() < len(ytr):
             continue
-        m = _fixed(C).fit(X[train], ytr)
+        m = fixed_model(C).fit(X[train], ytr)
         st = m.decision_function(X[test])
         thr = float(np.quantile(m.decision_function(X[train][ytr == 0]), 1 - FPR))
         pos = st[yt == 1]
@@ -295,5 +296,5 @@ def heads_document(policy: Any, fits: Sequence[PredicateFit], ex: Extractor,
                                                   for s in training.get("sources", [])}}}
 
 
-__all__ = ["CS", "FOLDS", "MIN_CLASS", "PredicateFit", "fit_policy_heads", "heads_document",
-           "labels_for"]
+__all__ = ["CS", "FOLDS", "MIN_CLASS", "PredicateFit", "fit_policy_heads", "fixed_model",
+           "heads_document", "labels_for"]

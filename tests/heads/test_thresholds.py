@@ -65,7 +65,7 @@ def test_crossfit_scores_are_not_in_sample():
     from sklearn.metrics import roc_auc_score
 
     from plguard.evals.heads.thresholds import _design, _rows, crossfit_matrix
-    from plguard.heads.fit import _fixed, labels_for
+    from plguard.heads.fit import fixed_model, labels_for
     from plguard.policy import load_policy
 
     policy = load_policy("minimal")
@@ -80,7 +80,7 @@ def test_crossfit_scores_are_not_in_sample():
     known = ~np.isnan(y[at])
     spec = policy.predicate("response_refuses")
     X, _ = _design(hf.heads["response_refuses"], hf, ex, _rows(spec, ex, pairs))
-    insample = _fixed(100.0).fit(X[known], y[at][known].astype(int)).decision_function(X)
+    insample = fixed_model(100.0).fit(X[known], y[at][known].astype(int)).decision_function(X)
     assert roc_auc_score(y[at][known], insample[known]) > 0.95  # memorised
     assert roc_auc_score(y[at][known], m[known, j]) < 0.7  # cross-fitted: no signal
     # Predicates without a head keep the raw zero-shot P (here sigmoid(-0.5 + 1.0)).

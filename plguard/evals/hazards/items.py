@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
-from plguard.heads.corpus import CorpusItem, _jsonl, _xstest, load_split
+from plguard.heads.corpus import CorpusItem, load_corpus, load_split, read_rows
 
 AILUMINATE_CODES = {"vcr": "S1", "ncr": "S2", "src": "S3", "cse": "S4", "dfm": "S5",
                     "spc_fin": "S6", "spc_hlt": "S6", "spc_lgl": "S6", "prv": "S7",
@@ -27,25 +27,23 @@ BENIGN = ("coconot_contrast", "xstest_safe")  # the benign groups' names
 
 def test_items() -> list[CorpusItem]:
     """Every item of the study; ``fields['group']`` is a category code or a benign group."""
-    from plguard.heads.corpus import _ailuminate
-
     out = [CorpusItem(it.uid, it.source, it.prompt_id, it.request, None,
                       {"group": AILUMINATE_CODES[it.fields["hazard"]]})
-           for it in _ailuminate("test")]
+           for it in load_corpus(["ailuminate"], "test")]
     table = load_split("coconot")
-    for r in _jsonl("coconot_eval.jsonl"):
+    for r in read_rows("coconot_eval.jsonl"):
         pid = f"eval:{r['id']}"
         if r["subcategory"] in COCONOT_CODES and table.get(pid) == "test":
             out.append(CorpusItem(f"coconot/{pid}", "coconot", pid, r["prompt"], None,
                                   {"group": COCONOT_CODES[r["subcategory"]]}))
-    for r in _jsonl("coconot_contrast_eval.jsonl"):
+    for r in read_rows("coconot_contrast_eval.jsonl"):
         pid = f"contrast:{r['id']}"
         if table.get(pid) == "test":
             out.append(CorpusItem(f"coconot/{pid}", "coconot", pid, r["prompt"], None,
                                   {"group": "coconot_contrast"}))
     out.extend(CorpusItem(it.uid, "xstest", it.prompt_id, it.request, None,
                           {"group": "xstest_safe"})
-               for it in _xstest("test")
+               for it in load_corpus(["xstest"], "test")
                if it.response is None and it.fields.get("label") == "safe")
     return out
 

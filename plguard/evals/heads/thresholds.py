@@ -72,9 +72,9 @@ def _fold_head(X: np.ndarray, y: np.ndarray, C: float) -> Any:
     from sklearn.model_selection import StratifiedKFold, cross_val_predict
 
     from plguard.heads.fit import FOLDS as INNER
-    from plguard.heads.fit import _fixed
+    from plguard.heads.fit import fixed_model
 
-    model = _fixed(C)
+    model = fixed_model(C)
     inner = min(INNER, int(y.sum()), int(len(y) - y.sum()))
     oof = cross_val_predict(model, X, y, method="decision_function",
                             cv=StratifiedKFold(inner, shuffle=True, random_state=0))
