@@ -8,6 +8,7 @@ from collections import Counter
 import pytest
 
 from plguard.heads import corpus
+from tests.heads.fakes import FakeExtractor as _Extractor
 
 
 @pytest.mark.parametrize("name", ["ailuminate", "coconot"])
@@ -94,34 +95,6 @@ def test_shipped_heads_fit_the_embedded_model_and_are_the_default(embedded_backe
                    policy_name=policy)
     assert off.heads is None
     assert all(s.source == "zeroshot" for s in off.ground([("Hi", "Hello!")])[0].scores)
-
-
-class _Store:
-    def __init__(self, feats):
-        self.feats = feats
-
-    def get(self, keys):
-        return {k: self.feats[k] for k in keys if k in self.feats}
-
-
-class _Extractor:
-    """The parts of an Extractor a fit reads, over synthetic states."""
-
-    layers = (1,)
-    with_questions = with_pairs = True
-
-    def __init__(self, feats):
-        self.store = _Store(feats)
-        self.grounder = type("G", (), {"question_block": staticmethod(lambda spec, q: "Q")})()
-
-    def questions(self, scope):
-        return ["Q"]
-
-    def keys(self, it):
-        return [f"{it.uid}/prefix", f"{it.uid}/q"]
-
-    def pair_key(self, it):
-        return f"{it.uid}/pair"
 
 
 @pytest.mark.parametrize("pair_signal, chosen", [(3.0, "pair_prefix"), (0.0, "question")])

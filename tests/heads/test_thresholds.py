@@ -10,36 +10,16 @@ import pytest
 from plguard.heads.artefact import Head, HeadsFile
 from plguard.heads.corpus import load_corpus
 from plguard.heads.features import Feature
+from tests.heads.fakes import FakeExtractor
 
 
-class _Store:
-    def __init__(self, feats):
-        self.feats = feats
-
-    def get(self, keys):
-        return {k: self.feats[k] for k in keys if k in self.feats}
-
-
-class _Extractor:
-    """The parts of an Extractor the cross-fit reads, over random states."""
+class _Extractor(FakeExtractor):
+    """A fake extractor over random states for every item's keys."""
 
     def __init__(self, items, d=1024, seed=0):
         rng = np.random.default_rng(seed)
-        self.grounder = type("G", (), {"question_block": staticmethod(lambda spec, q: "Q")})()
-        feats = {}
-        for it in items:
-            for k in (*self.keys(it), self.pair_key(it)):
-                feats[k] = Feature(rng.normal(size=(1, d)).astype(np.float32), -0.5, -1.0)
-        self.store = _Store(feats)
-
-    def questions(self, scope):
-        return ["Q"]
-
-    def keys(self, it):
-        return [f"{it.uid}/prefix", f"{it.uid}/q"]
-
-    def pair_key(self, it):
-        return f"{it.uid}/pair"
+        super().__init__({k: Feature(rng.normal(size=(1, d)).astype(np.float32), -0.5, -1.0)
+                          for it in items for k in (*self.keys(it), self.pair_key(it))})
 
 
 def _heads(names, C):

@@ -1,0 +1,31 @@
+"""A stand-in for plguard.heads.features.Extractor over synthetic states (fit tests)."""
+
+from __future__ import annotations
+
+
+class FakeStore:
+    def __init__(self, feats):
+        self.feats = feats
+
+    def get(self, keys):
+        return {k: self.feats[k] for k in keys if k in self.feats}
+
+
+class FakeExtractor:
+    """The parts of an Extractor a fit reads, over synthetic states."""
+
+    layers = (1,)
+    with_questions = with_pairs = True
+
+    def __init__(self, feats):
+        self.store = FakeStore(feats)
+        self.grounder = type("G", (), {"question_block": staticmethod(lambda spec, q: "Q")})()
+
+    def questions(self, scope):
+        return ["Q"]
+
+    def keys(self, it):
+        return [f"{it.uid}/prefix", f"{it.uid}/q"]
+
+    def pair_key(self, it):
+        return f"{it.uid}/pair"
