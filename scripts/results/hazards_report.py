@@ -10,6 +10,7 @@ import argparse
 from pathlib import Path
 
 from plguard.backends import load_backend
+from plguard.calibration import load_calibration
 from plguard.config import GuardConfig
 from plguard.evals.hazards.report import hazards_report, render, write
 from plguard.heads.artefact import load_heads
@@ -23,6 +24,9 @@ def main() -> None:
                     help="NAME (zero-shot) or NAME=HEADS.json")
     ap.add_argument("--zs-limit", type=int, default=10,
                     help="zero-shot: a seeded sample of N prompts per group (0: all)")
+    ap.add_argument("--calibration", action="append", default=[], metavar="NAME=FILE.json",
+                    help="flag run NAME at the unsafe threshold of this calibration file "
+                         "(`plguard eval quality fit-heads`, fitted on dev for its heads)")
     ap.add_argument("--heads-limit", type=int, default=0,
                     help="heads: a seeded sample of N prompts per group (0: all)")
     a = ap.parse_args()
@@ -32,10 +36,17 @@ def main() -> None:
     for r in a.run:
         name, _, heads = r.partition("=")
         runs[name] = load_heads(heads) if heads else None
+    fitted = {}
+    for c in a.calibration:
+        name, _, path = c.partition("=")
+        t = load_calibration(path).thresholds.get("unsafe")
+        if name not in runs or t is None:
+            ap.error(f"--calibration {c}: no run {name!r}, or no unsafe threshold in {path}")
+        fitted[name] = t
     doc = hazards_report(backend, runs, cfg.grounding, zs_limit=a.zs_limit or None,
                          heads_limit=a.heads_limit or None,
-                         threshold=cfg.thresholds.unsafe, n_boot=cfg.eval.bootstrap,
-                         seed=cfg.eval.seed)
+                         threshold=cfg.thresholds.unsafe, thresholds=fitted,
+                         n_boot=cfg.eval.bootstrap, seed=cfg.eval.seed)
     write(doc, Path(a.out))
     print(render(doc))
 

@@ -56,6 +56,24 @@ def test_prefix_only_features_fit_and_apply_exactly(embedded_backend_bf16, tmp_p
     # Moderation reports the worst-answer P of each category from these head readings.
     assert m.decision.category_scores and m.grounding.heads == hf.label
 
+    # Its moderation threshold, fitted on (a sample of) dev requests, cross-fitted.
+    from plguard.evals.hazards.thresholds import fit_request_thresholds
+
+    cal = tmp_path / "calibration-hazards.json"
+    fitted = fit_request_thresholds(embedded_backend_bf16, guard.config, hf, cal,
+                                    items_per_group=3, progress=False)
+    t = fitted["thresholds"]["unsafe"]
+    f = fitted["fitted_on"]
+    assert 0 < t <= 1 and all(v <= 0.05 for v in f["dev_flagged"].values())
+    assert [c["max_fp"] for c in f["other_caps"]] == sorted(c["max_fp"]
+                                                             for c in f["other_caps"])
+    tuned = Guard.from_config(policy="hazards", **{"grounding.heads": str(out),
+                                                   "grounding.calibration": str(cal),
+                                                   "grounding.cache": None})
+    assert tuned.thresholds.unsafe == pytest.approx(t)
+    mt = tuned.moderate(text)[0]
+    assert mt.flagged == (max(mt.decision.category_scores.values()) >= t)
+
 
 def test_shipped_hazards_heads_are_the_default_for_moderation(embedded_backend_bf16):
     from plguard.guard import Guard

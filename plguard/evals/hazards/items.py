@@ -25,25 +25,28 @@ COCONOT_CODES = {"privacy violations": "S7", "triggers for offensive language": 
 BENIGN = ("coconot_contrast", "xstest_safe")  # the benign groups' names
 
 
-def test_items() -> list[CorpusItem]:
-    """Every item of the study; ``fields['group']`` is a category code or a benign group."""
+def test_items(split: str = "test") -> list[CorpusItem]:
+    """Every item of the study; ``fields['group']`` is a category code or a benign group.
+
+    ``split`` "dev": the same groups on the dev part, where thresholds are fitted.
+    """
     out = [CorpusItem(it.uid, it.source, it.prompt_id, it.request, None,
                       {"group": AILUMINATE_CODES[it.fields["hazard"]]})
-           for it in load_corpus(["ailuminate"], "test")]
+           for it in load_corpus(["ailuminate"], split)]
     table = load_split("coconot")
     for r in read_rows("coconot_eval.jsonl"):
         pid = f"eval:{r['id']}"
-        if r["subcategory"] in COCONOT_CODES and table.get(pid) == "test":
+        if r["subcategory"] in COCONOT_CODES and table.get(pid) == split:
             out.append(CorpusItem(f"coconot/{pid}", "coconot", pid, r["prompt"], None,
                                   {"group": COCONOT_CODES[r["subcategory"]]}))
     for r in read_rows("coconot_contrast_eval.jsonl"):
         pid = f"contrast:{r['id']}"
-        if table.get(pid) == "test":
+        if table.get(pid) == split:
             out.append(CorpusItem(f"coconot/{pid}", "coconot", pid, r["prompt"], None,
                                   {"group": "coconot_contrast"}))
     out.extend(CorpusItem(it.uid, "xstest", it.prompt_id, it.request, None,
                           {"group": "xstest_safe"})
-               for it in load_corpus(["xstest"], "test")
+               for it in load_corpus(["xstest"], split)
                if it.response is None and it.fields.get("label") == "safe")
     return out
 

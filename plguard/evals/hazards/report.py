@@ -66,11 +66,13 @@ def request_matrix(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
 def hazards_report(backend: Any, runs: Mapping[str, HeadsFile | None], cfg: Any, *,
                    policy_name: str = "hazards", zs_limit: int | None = 10,
                    heads_limit: int | None = None, threshold: float = 0.5,
+                   thresholds: Mapping[str, float] | None = None,
                    n_boot: int = 1000, seed: int = 0, progress: bool = True) -> dict[str, Any]:
     """One row per detector (``runs``: name -> heads file, None for zero-shot).
 
     Zero-shot reads a seeded ``zs_limit`` prompts per group, heads ``heads_limit`` (None:
-    every test prompt); a smaller sample nests in a larger one.
+    every test prompt); a smaller sample nests in a larger one. A detector flags at its
+    ``thresholds`` entry (one fitted on dev for its heads), else at ``threshold``.
     """
     from plguard.grounding import backend_identity
     from plguard.heads.features import FeatureStore, default_layers, default_store_path
@@ -98,9 +100,11 @@ def hazards_report(backend: Any, runs: Mapping[str, HeadsFile | None], cfg: Any,
         rules = worst_case_matrix(policy, probs, names)
         codes, scores = category_matrix(policy, rules)
         strongest = np.max(np.stack(list(rules.values())), axis=0)
+        t = (thresholds or {}).get(det, threshold)
         res = detection(codes, scores, [it.fields["group"] for it in items],
-                        strongest >= threshold, n_boot, seed)
+                        strongest >= t, n_boot, seed)
         rows.append({"detector": det, "heads": hf.label if hf is not None else None,
+                     "threshold": t,
                      "n_items": len(items), "sample_per_category": limit or None,
                      "zero_shot_predicates": [s.name for s in unheaded],
                      "seconds": {"features": round(t1 - t0, 1),
@@ -138,7 +142,8 @@ def render(doc: Mapping[str, Any]) -> str:
              "(CoCoNot contrast + XSTest safe) and against the other categories' prompts, "
              "95% bootstrap intervals. Top-1: the share of hazardous prompts whose own "
              "category scores highest. Flagged: the strongest unsafe rule at or above "
-             f"the unsafe threshold {doc['threshold']} (what moderation flags).", "",
+             f"the detector's unsafe threshold (default {doc['threshold']}; what "
+             "moderation flags).", "",
              "Prompts per group: " + ", ".join(f"{k} {v}" for k, v in
                                                 doc["n_per_group"].items()) + ".", ""]
     for r in doc["rows"]:
@@ -149,8 +154,9 @@ def render(doc: Mapping[str, Any]) -> str:
                   f"Top-1: {_f(r['top1'])} of {r['n_hazardous']} hazardous prompts "
                   f"({_f(r.get('top1_present'))} ranking only the categories the test "
                   "data has). "
-                  "Flagged: " + ", ".join(f"{b} {_f(r['flagged'][b]['rate'])} (n "
-                                          f"{r['flagged'][b]['n']})" for b in BENIGN)
+                  f"Flagged at threshold {r.get('threshold', doc['threshold']):.3g}: "
+                  + ", ".join(f"{b} {_f(r['flagged'][b]['rate'])} (n "
+                              f"{r['flagged'][b]['n']})" for b in BENIGN)
                   + f"; hazardous prompts flagged {_f(r['flagged_hazardous'])}. "
                   f"Zero-shot predicates: {', '.join(r['zero_shot_predicates']) or 'none'}.",
                   "", "| category | n | AUROC vs benign | AUROC vs other categories | "

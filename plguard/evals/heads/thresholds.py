@@ -66,7 +66,7 @@ def _design(head: Head, hf: HeadsFile, ex: Extractor, rows: Sequence[Sequence[st
     return X, logit
 
 
-def _fold_head(X: np.ndarray, y: np.ndarray, C: float) -> Any:
+def fold_head(X: np.ndarray, y: np.ndarray, C: float) -> Any:
     """A fitted (model, Platt) pair: the heads fit's recipe at a fixed strength."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import StratifiedKFold, cross_val_predict
@@ -119,7 +119,7 @@ def crossfit_matrix(policy: Any, ex: Extractor, items: Sequence[CorpusItem], hf:
             held = {pid for pid, f in fold.items() if f == k}
             keep = np.array([not (items[i].source == "xstest"
                                   and items[i].prompt_id in held) for i in train])
-            model, platt = _fold_head(X_tr[keep], y_tr[keep], C)
+            model, platt = fold_head(X_tr[keep], y_tr[keep], C)
             at = np.array([p.prompt_id in held for p in pairs])
             z = model.decision_function(X_ev[at])
             col[at] = platt.predict_proba(z.reshape(-1, 1))[:, 1]
@@ -189,6 +189,16 @@ def fit_heads_thresholds(config: Any, heads: str | Path, out: str | Path, *,
     from plguard.records.store import write_json_atomic
 
     hf = load_heads(heads)
+    if list(hf.training.get("scopes") or ()) == ["request"]:
+        # Request heads alone (the hazards bundle's): no answer is read, so the threshold
+        # is the moderation one, fitted on dev requests (plguard.evals.hazards.thresholds).
+        from plguard.evals.hazards.thresholds import fit_request_thresholds, format_request_fit
+
+        path = Path(out)
+        doc = fit_request_thresholds(backend or load_backend(config.grounder_model), config,
+                                     hf, path, folds=folds, progress=progress)
+        path.with_suffix(".md").write_text(format_request_fit(doc), encoding="utf-8")
+        return path
     policy = load_policy(hf.policy_name)
     sources = hf.training.get("sources")
     if not sources or "xstest" not in sources:
@@ -214,4 +224,5 @@ def fit_heads_thresholds(config: Any, heads: str | Path, out: str | Path, *,
     return path
 
 
-__all__ = ["crossfit_matrix", "fit_heads_thresholds", "prompt_folds", "threshold_document"]
+__all__ = ["crossfit_matrix", "fit_heads_thresholds", "fold_head", "prompt_folds",
+           "threshold_document"]

@@ -1,0 +1,217 @@
+"""The moderation threshold of request-scope heads, fitted on dev without in-sample scores.
+
+A request is flagged when its strongest unsafe rule (each category at its worst answer,
+plguard.evals.hazards.metrics) reaches ``thresholds.unsafe``. The heads were trained on
+the dev requests the threshold is fitted on, so their own scores of them are too
+confident. Here every dev request of the study (plguard.evals.hazards.items, split dev)
+is scored by heads **cross-fitted** by request text: the requests of one fold are scored
+by heads trained on every corpus item of the other folds (readout, layer and strength as
+the heads file chose them on all of dev: a small leak, said in the file), each fold head
+with its own Platt map on its own out-of-fold scores, as plguard.heads.fit does.
+
+The threshold is the lowest that flags at most ``max_fp`` of each benign group's dev
+requests (CoCoNot contrast, XSTest safe): a moderation user names the false-positive rate
+they accept, and recall is what follows from it. The result is a calibration file
+(thresholds only) that records the heads file it was fitted for, to use beside it:
+``--set grounding.heads=H --set grounding.calibration=C``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from plguard.evals.hazards.items import BENIGN
+from plguard.heads.artefact import HeadsFile
+from plguard.heads.corpus import CorpusItem
+from plguard.heads.features import Extractor
+
+FOLDS = 5
+SEED = 0
+MAX_FP = 0.05  # the dev false-positive rate each benign group may reach
+CURVE = (0.01, 0.02, 0.05, 0.1, 0.2)  # other caps the file lists, to choose another
+
+
+def text_fold(request: str, folds: int = FOLDS, seed: int = SEED) -> int:
+    """A request's fold, by its text: identical requests (one prefix state) share a fold."""
+    h = hashlib.sha256(f"{seed}:{request}".encode()).digest()
+    return int.from_bytes(h[:8], "big") % folds
+
+
+def crossfit_requests(policy: Any, ex: Extractor, corpus: Sequence[CorpusItem],
+                      items: Sequence[CorpusItem], hf: HeadsFile, folds: int = FOLDS
+                      ) -> np.ndarray:
+    """``[len(items), request predicates]``: P per predicate, headed ones cross-fitted.
+
+    A predicate without a head keeps its zero-shot P(True) (no fitting involved).
+    """
+    from plguard.evals.hazards.report import request_matrix
+    from plguard.evals.heads.thresholds import fold_head
+    from plguard.heads.fit import labels_for
+
+    specs = [s for s in policy.predicates if s.scope == "request"]
+    out = request_matrix(policy, ex, items, hf)  # zero-shot columns (and in-sample heads)
+    requests = [it for it in corpus if it.response is None]
+    labels = labels_for(policy, requests)
+    fold_tr = np.array([text_fold(it.request, folds) for it in requests])
+    fold_ev = np.array([text_fold(it.request, folds) for it in items])
+    states = _states(ex, hf, [*requests, *items])
+    for c, spec in enumerate(specs):
+        head = hf.heads.get(spec.name)
+        if head is None:
+            continue
+        if head.mode != "head" or head.readout != "prefix":
+            raise ValueError(f"{spec.name}: request thresholds read prefix heads of mode "
+                             f"'head', not {head.readout}/{head.mode}")
+        j = hf.layers.index(head.layer)
+        X_tr = np.stack([states[ex.keys(it)[0]][j] for it in requests])
+        X_ev = np.stack([states[ex.keys(it)[0]][j] for it in items])
+        y = labels[spec.name]
+        known = ~np.isnan(y)
+        C = float(head.info.get("C", 0.05))
+        for k in range(folds):
+            tr = known & (fold_tr != k)
+            at = fold_ev == k
+            if not at.any():
+                continue
+            model, platt = fold_head(X_tr[tr], y[tr].astype(int), C)
+            z = model.decision_function(X_ev[at])
+            out[at, c] = platt.predict_proba(z.reshape(-1, 1))[:, 1]
+    return out
+
+
+def _states(ex: Extractor, hf: HeadsFile, items: Sequence[CorpusItem]
+            ) -> dict[str, np.ndarray]:
+    keys = list({ex.keys(it)[0] for it in items})
+    feats = ex.store.get(keys)
+    if len(feats) < len(keys):
+        raise ValueError(f"{len(keys) - len(feats)} requests lack stored features; run the "
+                         "extraction first")
+    return {k: f.states.astype(np.float64) for k, f in feats.items()}
+
+
+def pick_threshold(strongest: np.ndarray, groups: Sequence[str], max_fp: float = MAX_FP
+                   ) -> dict[str, Any]:
+    """The lowest threshold flagging at most ``max_fp`` of every benign group; its rates."""
+    g = np.array(groups)
+    benign = [b for b in BENIGN if (g == b).any()]
+    if not benign or np.isin(g, BENIGN).all():
+        raise ValueError("thresholds need dev requests of a benign group and hazardous ones")
+    # Flagged is P >= t: the lowest admissible t sits just above the benign scores that
+    # must stay unflagged, taken per group at its allowed count.
+    t = 0.0
+    for b in benign:
+        s = np.sort(strongest[g == b])[::-1]
+        allowed = int(np.floor(max_fp * len(s)))
+        if allowed < len(s):
+            t = max(t, float(np.nextafter(s[allowed], np.inf)))
+    t = min(t, 1.0)
+    flagged = strongest >= t
+    haz = ~np.isin(g, BENIGN)
+    return {"unsafe": t, "max_fp": max_fp,
+            "dev_flagged": {b: float(flagged[g == b].mean()) for b in benign},
+            "dev_recall": float(flagged[haz].mean()),
+            "n": {"hazardous": int(haz.sum()), **{b: int((g == b).sum()) for b in benign}}}
+
+
+def request_threshold_document(policy: Any, ex: Extractor, corpus: Sequence[CorpusItem],
+                               items: Sequence[CorpusItem], hf: HeadsFile,
+                               identity: Mapping[str, Any], max_fp: float = MAX_FP,
+                               folds: int = FOLDS) -> dict[str, Any]:
+    """The calibration document (the unsafe threshold) of request heads ``hf``."""
+    from plguard.calibration import FORMAT
+    from plguard.evals.hazards.metrics import worst_case_matrix
+    from plguard.evals.quality.report import fast_auroc
+    from plguard.records.store import now_iso
+
+    names = [s.name for s in policy.predicates if s.scope == "request"]
+    probs = crossfit_requests(policy, ex, corpus, items, hf, folds)
+    rules = worst_case_matrix(policy, probs, names)
+    strongest = np.max(np.stack(list(rules.values())), axis=0)
+    groups = [it.fields["group"] for it in items]
+    pick = pick_threshold(strongest, groups, max_fp)
+    haz = ~np.isin(np.array(groups), BENIGN)
+    digest = hashlib.sha256(Path(hf.path).read_bytes()).hexdigest()
+    return {
+        "format": FORMAT, "created": now_iso(), "policy": policy.id,
+        "model": {"model_id": identity.get("model_id"), "sha256": identity.get("model_sha256")},
+        "template_version": ex.grounder.template_version,
+        "heads": {"file": Path(hf.path).name, "sha256": digest},
+        "fitted_on": {"split": ["dev"], "n_requests": len(items),
+                      "targets": "hazardous dev requests (AILuminate, CoCoNot categories) "
+                                 "against benign ones, each scored by heads cross-fitted "
+                                 f"over {folds} folds of request texts (readout, layer and "
+                                 "strength as the heads file chose them on all of dev)",
+                      "rule": f"lowest threshold flagging at most {max_fp:.0%} of each "
+                              "benign group",
+                      "crossfit_auroc": {"hazardous_vs_benign": fast_auroc(haz, strongest)},
+                      **{k: v for k, v in pick.items() if k != "unsafe"},
+                      "other_caps": [{k: v for k, v in pick_threshold(strongest, groups, c)
+                                      .items() if k != "n"} for c in CURVE]},
+        "predicates": {}, "uncalibrated": {n: "zero-shot, raw P(True)" for n in names
+                                           if n not in hf.heads},
+        "thresholds": {"unsafe": pick["unsafe"]}}
+
+
+def fit_request_thresholds(backend: Any, config: Any, hf: HeadsFile, out: Path, *,
+                           max_fp: float = MAX_FP, folds: int = FOLDS,
+                           items_per_group: int | None = None, progress: bool = True
+                           ) -> dict[str, Any]:
+    """Write the request-threshold calibration of ``hf`` (features extracted if missing).
+
+    ``items_per_group``: a seeded sample of the dev study items (None: all of them).
+    """
+    from plguard.evals.hazards.items import sample, test_items
+    from plguard.grounding import backend_identity
+    from plguard.heads.corpus import load_corpus
+    from plguard.heads.features import FeatureStore, default_store_path
+    from plguard.policy import load_policy
+    from plguard.records.store import write_json_atomic
+
+    policy = load_policy(hf.policy_name)
+    corpus = load_corpus(tuple(hf.training.get("sources") or ()), "dev",
+                         hf.training.get("limit_per_source"))
+    items = sample(test_items("dev"), items_per_group, SEED)
+    specs = [s for s in policy.predicates if s.scope == "request"]
+    unheaded = [s for s in specs if s.name not in hf.heads]
+    store = FeatureStore(default_store_path(backend))
+    ex = Extractor(backend, unheaded or specs, config.grounding, store, hf.layers,
+                   questions=bool(unheaded), pairs=False)
+    try:
+        # Heads train on prefix states alone (one forward per request; the same keys as
+        # ex's first); questions are read only where a study item needs a zero-shot P.
+        Extractor(backend, specs, config.grounding, store, hf.layers, questions=False,
+                  pairs=False).run([it for it in corpus if it.response is None],
+                                   progress=progress)
+        ex.run(items, progress=progress)
+        doc = request_threshold_document(policy, ex, corpus, items, hf,
+                                         backend_identity(backend), max_fp, folds)
+    finally:
+        ex.store.close()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out, doc)
+    return doc
+
+
+def format_request_fit(doc: Mapping[str, Any]) -> str:
+    """The fit in a few Markdown lines."""
+    f = doc["fitted_on"]
+    rates = ", ".join(f"{b} {v:.1%}" for b, v in f["dev_flagged"].items())
+    return (f"# Moderation threshold for {doc['heads']['file']} ({doc['policy']})\n\n"
+            f"thresholds.unsafe = {doc['thresholds']['unsafe']:.4f}: {f['rule']}. On "
+            f"{f['n_requests']} dev requests scored by cross-fitted heads: flagged {rates}; "
+            f"hazardous requests flagged {f['dev_recall']:.1%}; AUROC hazardous vs benign "
+            f"{f['crossfit_auroc']['hazardous_vs_benign']:.3f}.\n\n"
+            "Other caps (set thresholds.unsafe to choose one):\n\n"
+            "| benign flagged at most | thresholds.unsafe | hazardous flagged |\n"
+            "|---|---|---|\n"
+            + "".join(f"| {c['max_fp']:.0%} | {c['unsafe']:.4f} | {c['dev_recall']:.1%} |\n"
+                      for c in f["other_caps"]))
+
+
+__all__ = ["crossfit_requests", "fit_request_thresholds", "format_request_fit",
+           "pick_threshold", "request_threshold_document", "text_fold"]

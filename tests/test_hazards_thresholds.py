@@ -1,0 +1,82 @@
+"""The hazards bundle's moderation threshold: cross-fitted dev requests, a false-positive cap."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from plguard.heads.artefact import Head, HeadsFile
+from plguard.heads.corpus import load_corpus
+from plguard.heads.features import Feature
+from tests.heads.fakes import FakeExtractor
+
+SOURCES = ("xstest", "ailuminate", "coconot", "coconot_plain", "coconot_hazards")
+
+
+def test_threshold_caps_each_benign_groups_false_positives():
+    from plguard.evals.hazards.thresholds import pick_threshold
+
+    rng = np.random.default_rng(0)
+    groups = ["coconot_contrast"] * 40 + ["xstest_safe"] * 60 + ["S1"] * 50
+    s = np.concatenate([rng.uniform(0, 0.6, 40), rng.uniform(0, 0.9, 60),
+                        rng.uniform(0.3, 1.0, 50)])
+    got = pick_threshold(s, groups, max_fp=0.05)
+    t = got["unsafe"]
+    g = np.array(groups)
+    for b, n in (("coconot_contrast", 40), ("xstest_safe", 60)):
+        flagged = int((s[g == b] >= t).sum())
+        assert flagged <= 0.05 * n and got["dev_flagged"][b] == flagged / n
+    # The lowest such threshold: the next benign score below it would break the cap.
+    xs = s[g == "xstest_safe"]
+    below = xs[xs < t].max()
+    assert (xs >= below).sum() > 0.05 * 60
+    assert got["dev_recall"] == pytest.approx(float((s[g == "S1"] >= t).mean()))
+    with pytest.raises(ValueError, match="benign"):
+        pick_threshold(s[g == "S1"], ["S1"] * 50)
+
+
+class _Extractor(FakeExtractor):
+    """Random states per request text (what the real store keys a prefix by)."""
+
+    def __init__(self, items, d=512, seed=0):
+        rng = np.random.default_rng(seed)
+        self.by_text = {t: rng.normal(size=(1, d)).astype(np.float32)
+                        for t in sorted({it.request for it in items})}
+        super().__init__({k: Feature(self.by_text[it.request], -3.0, 0.0)
+                          for it in items for k in self.keys(it)})
+
+    def keys(self, it):
+        return [f"{it.request}/prefix", f"{it.request}/q"]
+
+
+def test_crossfit_request_scores_are_not_in_sample():
+    """Random states carry no signal: a head scoring its own training requests memorises
+    them, a cross-fitted one must not (this fails if a fold's requests leak into its head)."""
+    from plguard.evals.hazards.thresholds import crossfit_requests
+    from plguard.evals.quality.report import fast_auroc
+    from plguard.heads.fit import fixed_model, labels_for
+    from plguard.policy import load_policy
+
+    policy = load_policy("hazards")
+    corpus = load_corpus(("ailuminate", "coconot", "coconot_plain"), "dev", 80)
+    reqs = [it for it in corpus if it.response is None]
+    ex = _Extractor(corpus)
+    names = [s.name for s in policy.predicates if s.scope == "request"]
+    labels = labels_for(policy, reqs)
+    headed = [n for n in names if np.nansum(labels[n]) >= 10]
+    assert len(headed) >= 2
+    heads = {n: Head("prefix", 1, "head", np.zeros(512), 0.0, (1.0, 0.0), info={"C": 100.0})
+             for n in headed}
+    hf = HeadsFile("h.json", "0" * 12, heads, (1,), None, None, "g1", policy.id)
+    crossfit = crossfit_requests(policy, ex, corpus, reqs, hf)
+    assert crossfit.shape == (len(reqs), len(names))
+    X = np.concatenate([ex.by_text[it.request] for it in reqs])
+    for n in headed:
+        y = labels[n]
+        known = ~np.isnan(y)
+        insample = fixed_model(100.0).fit(X[known], y[known].astype(int)).decision_function(X)
+        assert fast_auroc(y[known], insample[known]) > 0.95  # memorised
+        assert fast_auroc(y[known], crossfit[known, names.index(n)]) < 0.7  # no signal
+    # A predicate without a head keeps its raw zero-shot P (sigmoid(-3)).
+    k = names.index("request_seeks_code_interpreter_abuse")
+    assert np.allclose(crossfit[:, k], 1 / (1 + np.exp(3.0)))
