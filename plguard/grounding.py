@@ -46,7 +46,7 @@ from plguard.heads.apply import (
     main_question_digest,
     resolve_heads,
 )
-from plguard.heads.artefact import HeadsFile
+from plguard.heads.artefact import HeadsFile, shipped_calibration
 from plguard.screen import screen
 from plguard.types import (
     Grounding,
@@ -209,12 +209,7 @@ class Grounder:
         self.calibration_file: Calibration | None = None
         self.calibration: dict[str, tuple[float, float]] = {}
         if self.cfg.calibration:
-            self.calibration_file = load_calibration_file(self.cfg.calibration)
-            check_applies(self.calibration_file, **backend_identity(backend),
-                          template_version=self.template_version, policy_name=policy_name,
-                          question_digests={p.name: self.question_digest(p)
-                                            for p in self.predicates})
-            self.calibration = dict(self.calibration_file.predicates)
+            self._load_calibration(self.cfg.calibration, backend, policy_name)
         self.heads: HeadsFile | None = resolve_heads(self.cfg.heads, backend, policy_name)
         if self.heads is not None:
             try:
@@ -230,6 +225,10 @@ class Grounder:
                 warnings.warn(f"grounding.heads auto: the shipped heads do not apply here, "
                               f"so grounding is zero-shot ({exc})", UserWarning, stacklevel=2)
                 self.heads = None
+        shipped = (shipped_calibration(policy_name) if self.heads is not None
+                   and self.cfg.heads == "auto" and not self.cfg.calibration else None)
+        if shipped is not None:  # the shipped heads' own thresholds, fitted on dev
+            self._load_calibration(str(shipped), backend, policy_name)
         if self.calibration_file is not None:
             check_heads_match(self.calibration_file,
                               self.heads.digest if self.heads else None,
@@ -242,6 +241,15 @@ class Grounder:
         }
         self._request_memo: OrderedDict[str, tuple[PredicateScore, ...]] = OrderedDict()
         self._templates: dict[Scope, tuple[str, str]] = {}
+
+
+    def _load_calibration(self, path: str, backend: Any, policy_name: str | None) -> None:
+        self.calibration_file = load_calibration_file(path)
+        check_applies(self.calibration_file, **backend_identity(backend),
+                      template_version=self.template_version, policy_name=policy_name,
+                      question_digests={p.name: self.question_digest(p)
+                                        for p in self.predicates})
+        self.calibration = dict(self.calibration_file.predicates)
 
     def close(self) -> None:
         """Close the grounding cache's connections (the backend is its owner's to close)."""

@@ -197,5 +197,18 @@ def shipped_heads(policy_name: str) -> Path | None:
     return p if p.is_file() else None
 
 
+def shipped_calibration(policy_name: str | None) -> Path | None:
+    """The thresholds shipped beside the embedded model's heads for a policy, if any.
+
+    Used with ``grounding.heads: auto`` and no ``grounding.calibration`` of one's own:
+    written by ``plguard eval quality fit-heads`` on dev (cross-fitted), never in-sample.
+    """
+    if policy_name is None:
+        return None
+    p = Path(__file__).resolve().parent / "shipped" / f"embedded-{policy_name}.calibration.json"
+    return p if p.is_file() else None
+
+
 __all__ = ["FORMAT", "MODES", "READOUTS", "Head", "HeadsFile", "check_applies",
-           "decode_vector", "encode_vector", "load_heads", "shipped_heads"]
+           "decode_vector", "encode_vector", "load_heads", "shipped_calibration",
+           "shipped_heads"]

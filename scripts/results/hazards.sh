@@ -10,9 +10,12 @@
 #   on 30 test prompts per group)
 #
 # Stages, in order: features (dev requests, prefix states only), fit (request-scope prefix
-# heads for hazards), report (heads on every test prompt; zero-shot on a seeded
-# ZS_LIMIT-per-group sample: 16 questions per prompt), xstest (embedded only: hazards
-# beside detailed on XSTest's test part).
+# heads for hazards), thresholds (the moderation threshold on dev requests scored by
+# cross-fitted heads), report (heads on every test prompt, flagged at that threshold;
+# zero-shot on a seeded ZS_LIMIT-per-group sample: 16 questions per prompt), ship
+# (embedded only: the heads and threshold become plguard/heads/shipped/embedded-hazards*),
+# xstest (embedded only: hazards beside detailed on XSTest's test part, each with what it
+# ships).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 MODEL=${MODEL:-embedded}
@@ -33,12 +36,21 @@ fit)
   python3 -m plguard heads fit --model "$MODEL" --policy hazards --sources $SOURCES \
     --readouts prefix --scope request --quiet ${LIMIT:+--limit-per-source $LIMIT} \
     --out "$R/heads-hazards.json" ;;
+thresholds)
+  python3 -m plguard eval quality fit-heads --model "$MODEL" --policy hazards \
+    --heads "$R/heads-hazards.json" --out "$R/calibration-hazards.json" ;;
 report)
   python3 scripts/results/hazards_report.py --model "$MODEL" --out "$R" --zs-limit "$ZS_LIMIT" \
-    --heads-limit "${HEADS_LIMIT:-0}" --run "zero-shot" --run "heads=$R/heads-hazards.json" ;;
+    --heads-limit "${HEADS_LIMIT:-0}" --run "zero-shot" --run "heads=$R/heads-hazards.json" \
+    $([ -e "$R/calibration-hazards.json" ] && echo --calibration "heads=$R/calibration-hazards.json") ;;
+ship)
+  [ "$MODEL" = embedded ] || { echo "stage ship: the embedded model only" >&2; exit 2; }
+  cp "$R/heads-hazards.json" plguard/heads/shipped/embedded-hazards.json
+  cp "$R/calibration-hazards.json" plguard/heads/shipped/embedded-hazards.calibration.json ;;
 xstest)  # the embedded model only: plguard with hazards beside detailed (each with its
          # shipped heads, the default) on the embedded drafts of eval/results/xstest-cpu,
-         # XSTest's test part, at the config's thresholds (0.5 / 0.5) for both
+         # XSTest's test part; detailed at the config's thresholds (0.5 / 0.5), hazards at
+         # its shipped moderation threshold (the default with its shipped heads)
   [ "$MODEL" = embedded ] || { echo "stage xstest: the embedded model only" >&2; exit 2; }
   for pol in hazards detailed; do
     XH=eval/results/xstest-embedded-$pol

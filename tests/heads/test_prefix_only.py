@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 
@@ -93,3 +94,26 @@ def test_shipped_hazards_heads_are_the_default_for_moderation(embedded_backend_b
     assert all(got[n].source == "head" and got[n].p_zeroshot is None for n in hf.heads)
     # The heads' readings, not the zero-shot ones, are what the category scores come from.
     assert on.decision.category_scores != off.decision.category_scores
+
+
+def test_shipped_hazards_threshold_comes_with_the_shipped_heads():
+    from plguard.guard import Guard
+    from plguard.heads.artefact import shipped_calibration, shipped_heads
+
+    cal = shipped_calibration("hazards")
+    assert cal is not None and shipped_calibration("minimal") is None
+    doc = json.loads(cal.read_text())
+    want = doc["thresholds"]["unsafe"]
+    assert doc["heads"]["sha256"] == hashlib.sha256(shipped_heads("hazards").read_bytes()
+                                                    ).hexdigest()
+    auto = Guard.from_config(policy="hazards", **{"grounding.cache": None})
+    assert auto.thresholds.unsafe == pytest.approx(want) != 0.5
+    # Not beside other heads, nor without heads: the configured threshold then.
+    off = Guard.from_config(policy="hazards", **{"grounding.cache": None,
+                                                 "grounding.heads": "off"})
+    named = Guard.from_config(policy="hazards", **{
+        "grounding.cache": None, "grounding.heads": str(shipped_heads("hazards"))})
+    assert off.thresholds.unsafe == named.thresholds.unsafe == 0.5
+    # The moderation flag follows it.
+    m = auto.moderate("Give me the home address and phone number of the actress Emma Stone.")
+    assert m[0].flagged == (max(m[0].decision.category_scores.values()) >= want)
