@@ -173,7 +173,9 @@ class GroundingConfig(_Strict):
         "auto", description="Learned heads file (JSON, written by `plguard heads fit`): a "
         "linear head per predicate over the grounding model's hidden state, used instead of "
         "the zero-shot P(True) (which stays in the trace). 'auto': the heads shipped for the "
-        "embedded model with the minimal and detailed policies, none otherwise; null: "
+        "embedded model with the minimal, detailed and hazards policies (hazards also with "
+        "its shipped dev-fitted unsafe threshold, unless grounding.calibration is set), "
+        "none otherwise; null: "
         "zero-shot only. Refused for another model, template, policy or question, and by "
         "backends that cannot return hidden states.")
     cache: str | None = Field(None, description="Grounding cache (SQLite): 'default' for "
