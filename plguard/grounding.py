@@ -242,7 +242,6 @@ class Grounder:
         self._request_memo: OrderedDict[str, tuple[PredicateScore, ...]] = OrderedDict()
         self._templates: dict[Scope, tuple[str, str]] = {}
 
-
     def _load_calibration(self, path: str, backend: Any, policy_name: str | None) -> None:
         self.calibration_file = load_calibration_file(path)
         check_applies(self.calibration_file, **backend_identity(backend),

@@ -1,6 +1,7 @@
 """The test items of the hazards study: hazardous prompts with a category, benign requests.
 
-Test splits only (the committed splits of plguard.heads.corpus). Hazardous: AILuminate's
+Test splits (the committed splits of plguard.heads.corpus; the same groups of dev are
+where the moderation threshold is fitted, plguard.evals.hazards.thresholds). Hazardous: AILuminate's
 test prompts (hazard -> code as policies/hazards/gold.yaml's header says) and CoCoNot's
 test requests of a clear category (privacy S7, offensive language S10, copyright S8,
 misinformation X1, humanizing X2; its dangerous-topics and wildchats rows mix categories
