@@ -109,6 +109,19 @@ def fixed_model(C: float) -> Any:
     return make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=2000, tol=1e-4))
 
 
+def fold_head(X: np.ndarray, y: np.ndarray, C: float) -> Any:
+    """A fitted (model, Platt) pair: the heads fit's recipe at a fixed strength."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold, cross_val_predict
+
+    model = fixed_model(C)
+    inner = min(FOLDS, int(y.sum()), int(len(y) - y.sum()))
+    oof = cross_val_predict(model, X, y, method="decision_function",
+                            cv=StratifiedKFold(inner, shuffle=True, random_state=0))
+    platt = LogisticRegression(C=1e4, max_iter=1000).fit(oof.reshape(-1, 1), y)
+    return model.fit(X, y), platt
+
+
 def labels_for(policy: Any, items: Sequence[CorpusItem]) -> dict[str, np.ndarray]:
     """Predicate -> gold value per item (NaN: unknown), from the bundle's gold.yaml."""
     from plguard.labels.gold import Sample, load_gold
@@ -297,4 +310,4 @@ def heads_document(policy: Any, fits: Sequence[PredicateFit], ex: Extractor,
 
 
 __all__ = ["CS", "FOLDS", "MIN_CLASS", "PredicateFit", "fit_policy_heads", "fixed_model",
-           "heads_document", "labels_for"]
+           "fold_head", "heads_document", "labels_for"]

@@ -50,8 +50,7 @@ def crossfit_requests(policy: Any, ex: Extractor, corpus: Sequence[CorpusItem],
     A predicate without a head keeps its zero-shot P(True) (no fitting involved).
     """
     from plguard.evals.hazards.report import request_matrix
-    from plguard.evals.heads.thresholds import fold_head
-    from plguard.heads.fit import labels_for
+    from plguard.heads.fit import fold_head, labels_for
 
     specs = [s for s in policy.predicates if s.scope == "request"]
     out = request_matrix(policy, ex, items, hf)  # zero-shot columns (and in-sample heads)

@@ -66,22 +66,6 @@ def _design(head: Head, hf: HeadsFile, ex: Extractor, rows: Sequence[Sequence[st
     return X, logit
 
 
-def fold_head(X: np.ndarray, y: np.ndarray, C: float) -> Any:
-    """A fitted (model, Platt) pair: the heads fit's recipe at a fixed strength."""
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.model_selection import StratifiedKFold, cross_val_predict
-
-    from plguard.heads.fit import FOLDS as INNER
-    from plguard.heads.fit import fixed_model
-
-    model = fixed_model(C)
-    inner = min(INNER, int(y.sum()), int(len(y) - y.sum()))
-    oof = cross_val_predict(model, X, y, method="decision_function",
-                            cv=StratifiedKFold(inner, shuffle=True, random_state=0))
-    platt = LogisticRegression(C=1e4, max_iter=1000).fit(oof.reshape(-1, 1), y)
-    return model.fit(X, y), platt
-
-
 def crossfit_matrix(policy: Any, ex: Extractor, items: Sequence[CorpusItem], hf: HeadsFile,
                     folds: int = FOLDS, seed: int = SEED
                     ) -> tuple[list[CorpusItem], np.ndarray]:
@@ -89,7 +73,7 @@ def crossfit_matrix(policy: Any, ex: Extractor, items: Sequence[CorpusItem], hf:
 
     A predicate without a head keeps its raw zero-shot P(True) (no fitting involved).
     """
-    from plguard.heads.fit import labels_for
+    from plguard.heads.fit import fold_head, labels_for
 
     pairs = [it for it in items if it.source == "xstest" and it.response is not None]
     fold = prompt_folds(pairs, folds, seed)
@@ -224,5 +208,4 @@ def fit_heads_thresholds(config: Any, heads: str | Path, out: str | Path, *,
     return path
 
 
-__all__ = ["crossfit_matrix", "fit_heads_thresholds", "fold_head", "prompt_folds",
-           "threshold_document"]
+__all__ = ["crossfit_matrix", "fit_heads_thresholds", "prompt_folds", "threshold_document"]
