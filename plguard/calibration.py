@@ -170,6 +170,23 @@ def check_heads_match(cal: Calibration, heads_digest: str | None, heads_label: s
                           "with `plguard eval quality fit-heads`")
 
 
+def heads_calibration_header(policy_id: str, identity: Mapping[str, Any],
+                             template_version: str, heads_path: str | Path) -> dict[str, Any]:
+    """The fields every calibration fitted for a heads file starts with.
+
+    ``heads.sha256`` is what :func:`check_heads_match` compares with the heads in use.
+    """
+    from plguard.records.store import now_iso
+
+    heads = Path(heads_path)
+    return {"format": FORMAT, "created": now_iso(), "policy": policy_id,
+            "model": {"model_id": identity.get("model_id"),
+                      "sha256": identity.get("model_sha256")},
+            "template_version": template_version,
+            "heads": {"file": heads.name,
+                      "sha256": hashlib.sha256(heads.read_bytes()).hexdigest()}}
+
+
 def _heads_sha256(v: Any) -> str | None:
     return str(v["sha256"]) if isinstance(v, Mapping) and isinstance(v.get("sha256"), str) \
         else None
@@ -184,5 +201,6 @@ def _policy_name(policy_id: str) -> str:
     return policy_id.split("@")[0]
 
 
-__all__ = ["FORMAT", "Calibration", "check_applies", "check_heads_match", "load_calibration",
+__all__ = ["FORMAT", "Calibration", "check_applies", "check_heads_match",
+           "heads_calibration_header", "load_calibration",
            "platt", "read_json_file"]

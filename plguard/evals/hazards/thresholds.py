@@ -58,7 +58,8 @@ def crossfit_requests(policy: Any, ex: Extractor, corpus: Sequence[CorpusItem],
     labels = labels_for(policy, requests)
     fold_tr = np.array([text_fold(it.request, folds) for it in requests])
     fold_ev = np.array([text_fold(it.request, folds) for it in items])
-    states = _states(ex, hf, [*requests, *items])
+    states = _states(ex, [*requests, *items])
+    designs: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # layer -> (X_tr, X_ev)
     for c, spec in enumerate(specs):
         head = hf.heads.get(spec.name)
         if head is None:
@@ -67,8 +68,10 @@ def crossfit_requests(policy: Any, ex: Extractor, corpus: Sequence[CorpusItem],
             raise ValueError(f"{spec.name}: request thresholds read prefix heads of mode "
                              f"'head', not {head.readout}/{head.mode}")
         j = hf.layers.index(head.layer)
-        X_tr = np.stack([states[ex.keys(it)[0]][j] for it in requests])
-        X_ev = np.stack([states[ex.keys(it)[0]][j] for it in items])
+        if j not in designs:
+            designs[j] = (np.stack([states[ex.keys(it)[0]][j] for it in requests]),
+                          np.stack([states[ex.keys(it)[0]][j] for it in items]))
+        X_tr, X_ev = designs[j]
         y = labels[spec.name]
         known = ~np.isnan(y)
         C = float(head.info.get("C", 0.05))
@@ -83,8 +86,7 @@ def crossfit_requests(policy: Any, ex: Extractor, corpus: Sequence[CorpusItem],
     return out
 
 
-def _states(ex: Extractor, hf: HeadsFile, items: Sequence[CorpusItem]
-            ) -> dict[str, np.ndarray]:
+def _states(ex: Extractor, items: Sequence[CorpusItem]) -> dict[str, np.ndarray]:
     keys = list({ex.keys(it)[0] for it in items})
     feats = ex.store.get(keys)
     if len(feats) < len(keys):
@@ -122,10 +124,9 @@ def request_threshold_document(policy: Any, ex: Extractor, corpus: Sequence[Corp
                                identity: Mapping[str, Any], max_fp: float = MAX_FP,
                                folds: int = FOLDS) -> dict[str, Any]:
     """The calibration document (the unsafe threshold) of request heads ``hf``."""
-    from plguard.calibration import FORMAT
+    from plguard.calibration import heads_calibration_header
     from plguard.evals.hazards.metrics import worst_case_matrix
     from plguard.evals.quality.report import fast_auroc
-    from plguard.records.store import now_iso
 
     names = [s.name for s in policy.predicates if s.scope == "request"]
     probs = crossfit_requests(policy, ex, corpus, items, hf, folds)
@@ -134,12 +135,8 @@ def request_threshold_document(policy: Any, ex: Extractor, corpus: Sequence[Corp
     groups = [it.fields["group"] for it in items]
     pick = pick_threshold(strongest, groups, max_fp)
     haz = ~np.isin(np.array(groups), BENIGN)
-    digest = hashlib.sha256(Path(hf.path).read_bytes()).hexdigest()
     return {
-        "format": FORMAT, "created": now_iso(), "policy": policy.id,
-        "model": {"model_id": identity.get("model_id"), "sha256": identity.get("model_sha256")},
-        "template_version": ex.grounder.template_version,
-        "heads": {"file": Path(hf.path).name, "sha256": digest},
+        **heads_calibration_header(policy.id, identity, ex.grounder.template_version, hf.path),
         "fitted_on": {"split": ["dev"], "n_requests": len(items),
                       "targets": "hazardous dev requests (AILuminate, CoCoNot categories) "
                                  "against benign ones, each scored by heads cross-fitted "

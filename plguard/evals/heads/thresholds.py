@@ -18,7 +18,6 @@ its own) that records the heads file it was fitted for, to use beside it:
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -115,7 +114,7 @@ def threshold_document(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
                        hf: HeadsFile, identity: Mapping[str, Any],
                        rewrite: Any = None, folds: int = FOLDS) -> dict[str, Any]:
     """The calibration document (thresholds only) for ``hf`` on the dev pairs of ``items``."""
-    from plguard.calibration import FORMAT
+    from plguard.calibration import heads_calibration_header
     from plguard.evals.quality.fit import (
         Records,
         RewriteRule,
@@ -124,7 +123,6 @@ def threshold_document(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
         strongest,
     )
     from plguard.evals.quality.report import fast_auroc
-    from plguard.records.store import now_iso
 
     rule = rewrite or RewriteRule()
     pairs, m = crossfit_matrix(policy, ex, items, hf, folds)
@@ -134,12 +132,8 @@ def threshold_document(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
     thresholds = fit_thresholds(recs, policy, m, rule)
     u, o = strongest(policy, m)
     y_u, y_o = outcomes(rows)
-    digest = hashlib.sha256(Path(hf.path).read_bytes()).hexdigest()
     return {
-        "format": FORMAT, "created": now_iso(), "policy": policy.id,
-        "model": {"model_id": identity.get("model_id"), "sha256": identity.get("model_sha256")},
-        "template_version": ex.grounder.template_version,
-        "heads": {"file": Path(hf.path).name, "sha256": digest},
+        **heads_calibration_header(policy.id, identity, ex.grounder.template_version, hf.path),
         "fitted_on": {"split": ["dev"], "n_pairs": len(pairs),
                       "n_prompts": len({p.prompt_id for p in pairs}),
                       "targets": "XSTest outcomes of the dev pairs, each scored by heads "
