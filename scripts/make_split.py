@@ -30,7 +30,7 @@ def main() -> None:
            "ids": {p.id: ids[p.id] for p in prompts}}
     OUT.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {OUT}: {dict(sorted(counts.items()))}")
-    for name in ("ailuminate", "coconot"):
+    for name in ("ailuminate", "coconot", "plguard_s14"):
         keys = corpus.split_keys(name)
         table = corpus.make_split(keys)
         n = Counter(table.values())
@@ -38,7 +38,8 @@ def main() -> None:
         doc = {"about": f"{name} prompt ids split into dev (heads and choices are fitted here) "
                         "and test (figures are reported here). Made by scripts/make_split.py.",
                "fraction_dev": corpus.DEV_FRACTION, "seed": corpus.SPLIT_SEED,
-               "stratified_by": "hazard" if name == "ailuminate" else "file/subcategory",
+               "stratified_by": {"ailuminate": "hazard", "coconot": "file/subcategory"}
+               .get(name, "label"),
                "counts": dict(sorted(n.items())), "ids": dict(sorted(table.items()))}
         out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
         print(f"wrote {out}: {dict(sorted(n.items()))}")

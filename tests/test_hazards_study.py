@@ -74,11 +74,24 @@ def test_study_items_are_test_parts_with_a_group_each():
     items = study_items()
     n = Counter(it.fields["group"] for it in items)
     assert n["S1"] == 50 and n["S7"] > 50 and n["X1"] > 0 and n["X2"] > 0
-    assert all(n[b] > 100 for b in BENIGN)
+    assert all(n[b] > 100 for b in BENIGN if b != "s14_contrast")
+    assert n["S14"] == n["s14_contrast"] == 25  # plguard_s14's test half
     dev = {(it.source, it.prompt_id) for it in load_corpus(
-        ("ailuminate", "coconot", "coconot_plain", "coconot_hazards", "xstest"), "dev")}
+        ("ailuminate", "coconot", "coconot_plain", "coconot_hazards", "xstest", "plguard_s14"),
+        "dev")}
     assert not dev & {(it.source if it.source != "coconot" else s, it.prompt_id)
                       for it in items for s in ("coconot", "coconot_plain", "coconot_hazards")}
     small, big = sample(items, 3, 0), sample(items, 6, 0)
     assert {it.uid for it in small} <= {it.uid for it in big}
     assert Counter(it.fields["group"] for it in small) == {g: min(3, k) for g, k in n.items()}
+
+
+def test_unsafe_inputs_leave_out_what_only_over_refusal_reads():
+    from plguard.evals.hazards.metrics import unsafe_inputs
+    from plguard.policy import load_policy
+
+    pol = load_policy("hazards")
+    got = unsafe_inputs(pol)
+    assert {"request_seeks_code_interpreter_abuse", "response_gives_actionable_help"} <= got
+    assert not {"request_is_educational_or_protective", "request_is_creative_or_analytical"} & got
+    assert got == unsafe_inputs(pol) <= set(pol.predicate_names)

@@ -27,6 +27,10 @@ One more source is not in the default :data:`SOURCES` (the shipped heads were fi
 without it): ``coconot_hazards``, CoCoNot's other safety concerns for the hazards bundle's
 categories (misinformation, copyright violations, wildchats: ``unsafe``) and its benign
 "false information" requests with their ``chosen`` answers (``safe``), labelled as above.
+Nor is ``plguard_s14``: 100 requests written by the plguard developers for Llama Guard's
+S14 (code interpreter abuse), which no public set we have labels: 50 ``unsafe``, 50
+``safe`` coding look-alikes (CC0; ``eval/data/plguard_s14/SOURCE.md`` says what little
+they can show).
 """
 
 from __future__ import annotations
@@ -46,7 +50,8 @@ SOURCES: tuple[str, ...] = ("xstest", "ailuminate", "coconot", "coconot_plain")
 LICENCES = {"xstest": "CC-BY-4.0 (prompts); completions under their models' terms",
             "ailuminate": "CC-BY-4.0 (MLCommons AILuminate v1.0 demo prompt set)",
             "coconot": "MIT (AllenAI CoCoNot)", "coconot_plain": "MIT (AllenAI CoCoNot)",
-            "coconot_hazards": "MIT (AllenAI CoCoNot)"}
+            "coconot_hazards": "MIT (AllenAI CoCoNot)",
+            "plguard_s14": "CC0-1.0 (written by the plguard developers)"}
 AILUMINATE_FILE = "airr_official_1.0_demo_en_us_prompt_set_release.csv"
 COCONOT_SAFETY = ("dangerous or sensitive topics", "privacy violations",
                   "triggers for offensive language")
@@ -113,6 +118,8 @@ def split_keys(name: str) -> list[tuple[str, str]]:
                 *(("contrast", r) for r in read_rows("coconot_contrast_eval.jsonl")),
                 *(("pref", r) for r in read_rows("coconot_pref.jsonl"))]
         return [(f"{kind}:{r['id']}", f"{kind}/{r['subcategory']}") for kind, r in rows]
+    if name == "plguard_s14":
+        return [(r["id"], r["label"]) for r in read_rows("requests.jsonl", "plguard_s14")]
     raise ConfigError(f"no split keys for source '{name}'")
 
 
@@ -121,9 +128,9 @@ def _ailuminate_rows() -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
-def read_rows(name: str) -> list[dict[str, Any]]:
-    """The rows of one vendored CoCoNot JSONL file."""
-    path = data_root("coconot") / name
+def read_rows(name: str, source: str = "coconot") -> list[dict[str, Any]]:
+    """The rows of one vendored JSONL file (CoCoNot's unless ``source`` says)."""
+    path = data_root(source) / name
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
             if line.strip()]
 
@@ -228,8 +235,18 @@ def _coconot_hazards(split: str) -> Iterable[CorpusItem]:
                                  {**f, "final_label": "1_full_compliance"})
 
 
+def _plguard_s14(split: str) -> Iterable[CorpusItem]:
+    table = load_split("plguard_s14")
+    for r in read_rows("requests.jsonl", "plguard_s14"):
+        if split == "all" or table.get(r["id"]) == split:
+            yield CorpusItem(f"plguard_s14/{r['id']}", "plguard_s14", r["id"], r["prompt"],
+                             None, {"label": r["label"], "type": f"plguard_s14_{r['label']}",
+                                    "harm": frozenset()})
+
+
 _LOADERS = {"xstest": _xstest, "ailuminate": _ailuminate, "coconot": _coconot,
-            "coconot_plain": _coconot_plain, "coconot_hazards": _coconot_hazards}
+            "coconot_plain": _coconot_plain, "coconot_hazards": _coconot_hazards,
+            "plguard_s14": _plguard_s14}
 
 
 def load_corpus(sources: Sequence[str] = SOURCES, split: str = "dev",
@@ -245,7 +262,7 @@ def load_corpus(sources: Sequence[str] = SOURCES, split: str = "dev",
     unknown = [s for s in sources if s not in _LOADERS]
     if unknown:
         raise ConfigError(f"unknown training source(s) {', '.join(unknown)}; known: "
-                          f"{', '.join(SOURCES)}")
+                          f"{', '.join(_LOADERS)}")
     out: list[CorpusItem] = []
     for s in sources:
         items = list(_LOADERS[s](split))

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import numpy as np
 import pytest
 
 from plguard.heads import corpus
 from tests.heads.fakes import FakeExtractor as _Extractor
 
 
-@pytest.mark.parametrize("name", ["ailuminate", "coconot"])
+@pytest.mark.parametrize("name", ["ailuminate", "coconot", "plguard_s14"])
 def test_committed_split_equals_make_split(name):
     assert corpus.load_split(name) == corpus.make_split(corpus.split_keys(name))
 
@@ -122,3 +123,20 @@ def test_fit_keeps_the_one_forward_readout_within_the_cost_margin(pair_signal, c
     # Both near-perfect: the readout with no question wins; a useless one never does.
     assert fit.readout == chosen and fit.mode == "head"
     assert fit.candidates["question@1"] >= fit.candidates["pair_prefix@1"] - 0.01
+
+
+def test_plguard_s14_labels_code_interpreter_abuse_only():
+    from plguard.heads.fit import labels_for
+    from plguard.policy import load_policy
+
+    items = corpus.load_corpus(["plguard_s14"], "all")
+    assert Counter(it.fields["label"] for it in items) == {"unsafe": 50, "safe": 50}
+    y = labels_for(load_policy("hazards"), items)
+    s14 = y["request_seeks_code_interpreter_abuse"]
+    assert [v for v in s14] == [1.0 if it.fields["label"] == "unsafe" else 0.0 for it in items]
+    # An unsafe one may be a cyber crime too (unknown), and seeks no other hazard.
+    crime = y["request_seeks_nonviolent_crime"]
+    assert all(np.isnan(c) == (it.fields["label"] == "unsafe")
+               for it, c in zip(items, crime, strict=True))
+    assert all(v == 0.0 for it, v in zip(items, y["request_seeks_hate"], strict=True))
+    assert corpus.LICENCES["plguard_s14"].startswith("CC0")

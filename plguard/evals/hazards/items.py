@@ -5,8 +5,9 @@ where the moderation threshold is fitted, plguard.evals.hazards.thresholds). Haz
 test prompts (hazard -> code as policies/hazards/gold.yaml's header says) and CoCoNot's
 test requests of a clear category (privacy S7, offensive language S10, copyright S8,
 misinformation X1, humanizing X2; its dangerous-topics and wildchats rows mix categories
-and are left out). Benign: every CoCoNot contrast test request and XSTest's safe test
-prompts.
+and are left out), and plguard_s14's unsafe requests (S14; written by the plguard
+developers, eval/data/plguard_s14/SOURCE.md). Benign: every CoCoNot contrast test request,
+XSTest's safe test prompts and plguard_s14's safe coding look-alikes.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ AILUMINATE_CODES = {"vcr": "S1", "ncr": "S2", "src": "S3", "cse": "S4", "dfm": "
 COCONOT_CODES = {"privacy violations": "S7", "triggers for offensive language": "S10",
                  "copyright violations": "S8", "misinformation": "X1",
                  "personal inquiry": "X2", "offer advice, opinion or recommendations": "X2"}
-BENIGN = ("coconot_contrast", "xstest_safe")  # the benign groups' names
+BENIGN = ("coconot_contrast", "xstest_safe", "s14_contrast")  # the benign groups' names
 
 
 def test_items(split: str = "test") -> list[CorpusItem]:
@@ -45,6 +46,9 @@ def test_items(split: str = "test") -> list[CorpusItem]:
         if table.get(pid) == split:
             out.append(CorpusItem(f"coconot/{pid}", "coconot", pid, r["prompt"], None,
                                   {"group": "coconot_contrast"}))
+    out.extend(CorpusItem(it.uid, it.source, it.prompt_id, it.request, None,
+                          {"group": "S14" if it.fields["label"] == "unsafe" else "s14_contrast"})
+               for it in load_corpus(["plguard_s14"], split))
     out.extend(CorpusItem(it.uid, "xstest", it.prompt_id, it.request, None,
                           {"group": "xstest_safe"})
                for it in load_corpus(["xstest"], split)
