@@ -45,6 +45,11 @@ def add_heads_commands(subparsers: Any) -> None:
     p.add_argument("--cost-margin", type=float, metavar="AUROC",
                    help="CV AUROC a readout that asks a question must gain over one that "
                    f"rides on the pair's single forward to be chosen (default {COST_MARGIN}).")
+    p.add_argument("--joint-categories", action="store_true",
+                   help="Fit the request predicates of the hazard-category rules "
+                   "(categories.yaml) together, as one multinomial regression on the prefix "
+                   "state, so categories compete and the right one ranks first more often "
+                   "(one-vs-rest heads by default).")
     p.add_argument("--no-lodo", action="store_true",
                    help="Skip the leave-one-source-out report.")
     p.add_argument("--quiet", action="store_true", help="No progress bar.")
@@ -66,6 +71,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     opts = FitOptions(sources=tuple(s.strip() for s in args.sources.split(",") if s.strip()),
                       limit_per_source=args.limit_per_source, readouts=readouts,
                       lodo=not args.no_lodo, progress=not args.quiet,
+                      joint_categories=args.joint_categories,
                       scopes=("request", "response") if args.scope == "both" else (args.scope,),
                       **({} if args.cost_margin is None else {"cost_margin": args.cost_margin}))
     out = Path(args.out or f"heads-{Path(config.policy).name}.json")

@@ -18,7 +18,7 @@ shortcut features of one data set.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,7 +57,7 @@ class PredicateFit:
     skipped: str = ""
 
 
-def _auroc(y: np.ndarray, s: np.ndarray) -> float:
+def auroc(y: np.ndarray, s: np.ndarray) -> float:
     """AUROC, NaN when only one class is present."""
     from sklearn.metrics import roc_auc_score
 
@@ -97,7 +97,7 @@ def _quick_score(X: np.ndarray, y: np.ndarray) -> float:
 
     z = cross_val_predict(fixed_model(QUICK_C), X, y, method="decision_function",
                           cv=StratifiedKFold(FOLDS, shuffle=True, random_state=0))
-    return _auroc(y, z)
+    return auroc(y, z)
 
 
 def fixed_model(C: float) -> Any:
@@ -136,15 +136,18 @@ def labels_for(policy: Any, items: Sequence[CorpusItem]) -> dict[str, np.ndarray
 def fit_policy_heads(policy: Any, extractor: Extractor, items: Sequence[CorpusItem],
                      *, readouts: Sequence[str] = READOUTS, lodo: bool = True,
                      cost_margin: float = COST_MARGIN,
-                     scopes: Sequence[str] = ("request", "response")) -> list[PredicateFit]:
+                     scopes: Sequence[str] = ("request", "response"),
+                     skip: Collection[str] = ()) -> list[PredicateFit]:
     """Fit a head for each predicate of ``policy`` on stored features of ``items``.
 
     Readout and layer go by cross-validated AUROC, except that one riding on the pair's
     single forward (``pair_prefix`` for request predicates, ``prefix`` for response ones)
     is kept when within ``cost_margin`` of the best: a question costs its tokens on every
     request, a difference that small is within the folds' noise. Predicates outside
-    ``scopes`` keep their zero-shot reading. An extractor without questions allows the
-    prefix readouts only (and no zero-shot feature: ``mode`` is always ``head``).
+    ``scopes`` keep their zero-shot reading; those in ``skip`` are left to the caller
+    (plguard.heads.joint fits them together) and come back unfitted. An extractor without
+    questions allows the prefix readouts only (and no zero-shot feature: ``mode`` is
+    always ``head``).
     """
     if not extractor.with_questions:
         readouts = [r for r in readouts if r != "question"]
@@ -156,6 +159,10 @@ def fit_policy_heads(policy: Any, extractor: Extractor, items: Sequence[CorpusIt
     labels = labels_for(policy, items)
     out = []
     for spec in policy.predicates:
+        if spec.name in skip:
+            out.append(PredicateFit(spec.name, spec.scope, 0, 0, math.nan,
+                                    skipped="fitted jointly"))
+            continue
         if spec.scope not in scopes:
             out.append(PredicateFit(spec.name, spec.scope, 0, 0, math.nan,
                                     skipped=f"{spec.scope} scope not fitted: zero-shot kept"))
@@ -203,7 +210,7 @@ def _fit_one(spec: PredicateSpec, ex: Extractor, items: Sequence[CorpusItem],
     logit = np.array([feats[row[1]].logprob_true - feats[row[1]].logprob_false
                       for row in keys])
     res = PredicateFit(spec.name, spec.scope, n_pos, n_neg,
-                       _auroc(y, logit) if len(y) and asked else math.nan)
+                       auroc(y, logit) if len(y) and asked else math.nan)
     if min(n_pos, n_neg) < MIN_CLASS:
         res.skipped = (f"{n_pos} positive / {n_neg} negative training items (< {MIN_CLASS}): "
                        "zero-shot kept")
@@ -280,7 +287,7 @@ def _lodo(X: np.ndarray, y: np.ndarray, sources: Sequence[str], C: float
         thr = float(np.quantile(m.decision_function(X[train][ytr == 0]), 1 - FPR))
         pos = st[yt == 1]
         out[s] = {"n": int(test.sum()), "n_pos": int(yt.sum()),
-                  "auroc": round(_auroc(yt, st), 4),
+                  "auroc": round(auroc(yt, st), 4),
                   "tpr_at_5fpr": round(float((pos > thr).mean()), 4) if len(pos) else math.nan,
                   "fpr": round(float((st[yt == 0] > thr).mean()), 4)
                   if (yt == 0).any() else math.nan}
@@ -309,5 +316,5 @@ def heads_document(policy: Any, fits: Sequence[PredicateFit], ex: Extractor,
                                                   for s in training.get("sources", [])}}}
 
 
-__all__ = ["CS", "FOLDS", "MIN_CLASS", "PredicateFit", "fit_policy_heads", "fixed_model",
-           "fold_head", "heads_document", "labels_for"]
+__all__ = ["CS", "FOLDS", "MIN_CLASS", "PredicateFit", "auroc", "fit_policy_heads",
+           "fixed_model", "fold_head", "heads_document", "labels_for"]

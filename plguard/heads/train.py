@@ -15,7 +15,14 @@ from plguard.errors import ConfigError
 from plguard.heads.artefact import READOUTS
 from plguard.heads.corpus import SOURCES, load_corpus
 from plguard.heads.features import Extractor, FeatureStore, default_layers, default_store_path
-from plguard.heads.fit import COST_MARGIN, PredicateFit, fit_policy_heads, heads_document
+from plguard.heads.fit import (
+    COST_MARGIN,
+    PredicateFit,
+    fit_policy_heads,
+    heads_document,
+    labels_for,
+)
+from plguard.heads.joint import category_predicates, fit_joint_heads
 
 
 @dataclass(frozen=True)
@@ -29,6 +36,9 @@ class FitOptions:
     lodo: bool = True
     progress: bool = True
     scopes: tuple[str, ...] = ("request", "response")  # predicates fitted (others zero-shot)
+    # The category rules' request predicates share one multinomial (plguard.heads.joint)
+    # instead of one-vs-rest heads; prefix readout.
+    joint_categories: bool = False
 
 
 @dataclass
@@ -55,6 +65,7 @@ def fit_heads(config: GuardConfig, out: str | Path, options: FitOptions | None =
         raise ConfigError(f"the grounder backend '{config.grounder_model.backend}' cannot "
                           "return hidden states; fit heads with backend transformers")
     policy = load_policy(config.policy)
+    joint = _joint_names(policy, opts)
     items = load_corpus(opts.sources, "dev", opts.limit_per_source)
     if "response" not in opts.scopes:  # pairs label response predicates only
         items = [it for it in items if it.response is None]
@@ -67,7 +78,12 @@ def fit_heads(config: GuardConfig, out: str | Path, options: FitOptions | None =
     forwarded = ex.run(items, progress=opts.progress)
     t2 = time.perf_counter()
     fits = fit_policy_heads(policy, ex, items, readouts=opts.readouts, lodo=opts.lodo,
-                            cost_margin=opts.cost_margin, scopes=opts.scopes)
+                            cost_margin=opts.cost_margin, scopes=opts.scopes, skip=joint)
+    summary: dict[str, Any] | None = None
+    if joint:
+        jfits, summary = fit_joint_heads(policy, ex, items, labels_for(policy, items), joint)
+        by_name = {f.name: f for f in jfits}
+        fits = [by_name.get(f.name, f) for f in fits]
     t3 = time.perf_counter()
     counts: dict[str, int] = {}
     for it in items:
@@ -76,7 +92,8 @@ def fit_heads(config: GuardConfig, out: str | Path, options: FitOptions | None =
                 "limit_per_source": opts.limit_per_source, "features": str(store.path),
                 "readouts": list(opts.readouts), "scopes": list(opts.scopes),
                 "labels": "each bundle's gold.yaml rules over the corpus fields "
-                          "(plguard.heads.corpus)"}
+                          "(plguard.heads.corpus)",
+                **({"joint": summary} if summary else {})}
     doc = heads_document(policy, fits, ex, backend_identity(gb), training)
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -92,6 +109,20 @@ def fit_heads(config: GuardConfig, out: str | Path, options: FitOptions | None =
         default=_nan_none) + "\n")
     store.close()
     return FitSummary(path, report, fits, secs)
+
+
+def _joint_names(policy: Any, opts: FitOptions) -> list[str]:
+    """The predicates fitted jointly: the category rules' request predicates, if asked."""
+    if not opts.joint_categories:
+        return []
+    if "request" not in opts.scopes or "prefix" not in opts.readouts:
+        raise ConfigError("joint category heads read the prefix state of request "
+                          "predicates: fit the request scope with the prefix readout")
+    names = list(category_predicates(policy))
+    if not names:
+        raise ConfigError(f"policy {policy.id} tags no unsafe rule with a hazard category "
+                          "(categories.yaml), so there is nothing to fit jointly")
+    return names
 
 
 def _nan_none(x: Any) -> Any:
@@ -115,6 +146,14 @@ def format_report(policy: str, model: str, fits: Sequence[PredicateFit],
              "classes; TPR at the 5% FPR threshold of the training negatives).", "",
              "| predicate | scope | pos / neg | zero-shot | head (CV) | readout | layer | mode "
              "| leave-one-source-out |", "|---|---|---|---|---|---|---|---|---|"]
+    j = training.get("joint")
+    if j and j["classes"]:
+        lines[6:6] = [f"Category predicates fitted jointly (one multinomial over "
+                      f"{len(j['classes'])} categories and none, plguard.heads.joint): "
+                      f"prefix@{j['layer']}, C {j['C']}; cross-validated log-loss "
+                      f"{j['cv_log_loss']}, own category first for {j['cv_top1']:.1%} of "
+                      "the single-category hazardous requests (their AUROC below is "
+                      "against the predicate's known labels).", ""]
     for f in fits:
         lodo = "; ".join(f"{s}: AUROC {_f(v['auroc'])}, TPR {_f(v['tpr_at_5fpr'])}"
                          for s, v in f.lodo.items())

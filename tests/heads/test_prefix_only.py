@@ -11,7 +11,8 @@ import pytest
 
 
 @pytest.mark.slow
-def test_prefix_only_features_fit_and_apply_exactly(embedded_backend_bf16, tmp_path):
+@pytest.mark.parametrize("joint", [False, True], ids=["one-vs-rest", "joint"])
+def test_prefix_only_features_fit_and_apply_exactly(embedded_backend_bf16, tmp_path, joint):
     from plguard.config import GuardConfig
     from plguard.guard import Guard
     from plguard.heads.artefact import load_heads
@@ -21,7 +22,8 @@ def test_prefix_only_features_fit_and_apply_exactly(embedded_backend_bf16, tmp_p
 
     out = tmp_path / "heads-hazards.json"
     opts = FitOptions(sources=("ailuminate", "coconot_hazards"), limit_per_source=50,
-                      readouts=("prefix",), lodo=False, progress=False, scopes=("request",))
+                      readouts=("prefix",), lodo=False, progress=False, scopes=("request",),
+                      joint_categories=joint)
     s = fit_heads(GuardConfig.from_dict({"policy": "hazards"}), out, opts,
                   backend=embedded_backend_bf16)
     fits = {f.name: f for f in s.fits}
@@ -33,6 +35,11 @@ def test_prefix_only_features_fit_and_apply_exactly(embedded_backend_bf16, tmp_p
                for f in fits.values() if f.scope == "response")
     doc = json.loads(out.read_text())
     assert doc["training"]["readouts"] == ["prefix"] and doc["training"]["scopes"] == ["request"]
+    if joint:  # the category heads come from one multinomial
+        classes = doc["training"]["joint"]["classes"]
+        assert classes and all(doc["predicates"][n]["info"]["joint"] == classes
+                               for n in classes)
+        assert {f.name for f in headed} >= set(classes)
 
     hf = load_heads(out)
     guard = Guard.from_config(policy="hazards", **{"grounding.heads": str(out),

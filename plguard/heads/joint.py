@@ -1,0 +1,251 @@
+"""Category heads fitted jointly: one multinomial regression over a bundle's hazard categories.
+
+One-vs-rest heads (plguard.heads.fit) learn each category against the items whose value
+is known, and a bundle's gold rules leave the overlaps of hazards unknown (a violent-crimes
+prompt may also seek a weapon), so no head ever learns to tell its category from its
+neighbours: each scores the others' prompts high, and the right category comes first for
+too few hazardous prompts. Fitted jointly, the request predicates of the category rules
+(``categories.yaml``) share one multinomial logistic regression on the prefix state, with
+one class per category and a ``none`` class for requests known to seek none: every
+labelled hazardous request is one of its category's class (an item with several positives
+counts once in each, weighted 1/k), so the classes compete.
+
+Each category's head is stored in the ordinary heads format: its logit against ``none``,
+``z_k = (W_k - W_none) . h + (c_k - c_none)``, so a request that seeks nothing scores low
+on every category, and the category with the highest ``z_k`` is the multinomial's own
+argmax among the categories. Its probability is a Platt map on out-of-fold logits, as for
+every head, but one map shared by the categories (fitted on their pooled logits against
+each predicate's known labels), so probabilities keep the multinomial's order. Layer,
+then strength, are chosen by the cross-validated log-loss of the multinomial (a proper
+score of the whole ranking).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from plguard.heads.artefact import encode_vector
+from plguard.heads.corpus import CorpusItem
+from plguard.heads.features import Extractor
+from plguard.heads.fit import FOLDS, MIN_CLASS, PredicateFit, auroc
+from plguard.policy._syntax import atoms
+
+CS_JOINT = (0.003, 0.01, 0.03, 0.1, 0.3)  # strengths tried (standardised features)
+
+
+def category_predicates(policy: Any) -> dict[str, str]:
+    """Request predicate -> its category code, for every rule ``categories.yaml`` tags.
+
+    The request-scope predicates named in a tagged rule's body are what the request seeks
+    in that category; one that several categories' rules name is left out (it cannot be
+    one class of a joint fit).
+    """
+    scope = {p.name: p.scope for p in policy.predicates}
+    defs = policy.program.definitions()
+    seen: dict[str, set[str]] = {}
+    for rule, codes in policy.categories.items():
+        for clause in defs.get(rule, ()):
+            for a in atoms(clause.body):
+                if scope.get(a.name) == "request":
+                    seen.setdefault(a.name, set()).update(codes[:1])
+    return {n: next(iter(c)) for n, c in seen.items() if len(c) == 1}
+
+
+def _classes(Y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows of the multinomial: (item index, class, weight); class 0 is ``none``.
+
+    An item known to be 0 on every category is ``none``; one positive on some is one row
+    per positive; one with no positive and some unknown (a hazard of unknown category) is
+    left out.
+    """
+    rows, cls, wts = [], [], []
+    for i, y in enumerate(Y):
+        pos = np.flatnonzero(y == 1)
+        if len(pos):
+            rows += [i] * len(pos)
+            cls += list(pos + 1)
+            wts += [1.0 / len(pos)] * len(pos)
+        elif not np.isnan(y).any():
+            rows.append(i)
+            cls.append(0)
+            wts.append(1.0)
+    return np.array(rows, dtype=int), np.array(cls, dtype=int), np.array(wts)
+
+
+def _multinomial(C: float) -> Any:
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    return make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=3000, tol=1e-4))
+
+
+def _oof_logits(X: np.ndarray, rows: np.ndarray, cls: np.ndarray, wts: np.ndarray,
+                C: float, n_items: int) -> np.ndarray:
+    """Out-of-fold class logits ``[n_items, n_classes]``, folds by item (NaN: unfitted).
+
+    An item's duplicate rows stay in one fold, so no item is scored by a model that saw it.
+    """
+    from sklearn.model_selection import StratifiedGroupKFold
+
+    n_cls = int(cls.max()) + 1
+    out = np.full((n_items, n_cls), np.nan)
+    folds = StratifiedGroupKFold(FOLDS, shuffle=True, random_state=0)
+    for tr, te in folds.split(rows, cls, groups=rows):
+        m = _multinomial(C)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            m.fit(X[rows[tr]], cls[tr], logisticregression__sample_weight=wts[tr])
+        items = np.unique(rows[te])
+        z = np.full((len(items), n_cls), -np.inf)
+        z[:, m[-1].classes_] = _class_logits(m.decision_function(X[items]))
+        out[items] = z
+    return out
+
+
+def _class_logits(d: np.ndarray) -> np.ndarray:
+    """Per-class logits: scikit-learn gives two classes one column (class 1 against 0)."""
+    return np.column_stack([np.zeros(len(d)), d]) if d.ndim == 1 else d
+
+
+def _log_loss(z: np.ndarray, rows: np.ndarray, cls: np.ndarray, wts: np.ndarray) -> float:
+    zr = z[rows]
+    zr = zr - zr.max(axis=1, keepdims=True)
+    lp = zr - np.log(np.exp(zr).sum(axis=1, keepdims=True))
+    return float(-(wts * lp[np.arange(len(rows)), cls]).sum() / wts.sum())
+
+
+def top1(z: np.ndarray, rows: np.ndarray, cls: np.ndarray) -> float:
+    """Share of single-category items whose own category has the highest logit."""
+    single = [r for r in np.unique(rows[cls > 0]) if (rows == r).sum() == 1]
+    if not single:
+        return math.nan
+    own = {int(r): int(c) for r, c in zip(rows, cls, strict=True)}
+    hits = [int(np.argmax(z[r, 1:])) + 1 == own[r] for r in single]
+    return float(np.mean(hits))
+
+
+class JointModel:
+    """A fitted joint recipe: the multinomial and each category's Platt map.
+
+    ``weights``/``bias``: each category's logit against ``none``, in raw-state units;
+    ``oof``: the out-of-fold class logits of the training items (NaN where unscored).
+    """
+
+    def __init__(self, X: np.ndarray, Y: np.ndarray, C: float) -> None:
+        from sklearn.linear_model import LogisticRegression
+
+        rows, cls, wts = _classes(Y)
+        self.oof = _oof_logits(X, rows, cls, wts, C, len(X))
+        self.rows, self.cls = rows, cls
+        model = _multinomial(C)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model.fit(X[rows], cls, logisticregression__sample_weight=wts)
+        scaler, lr = model[0], model[-1]
+        if list(lr.classes_) != list(range(Y.shape[1] + 1)):
+            raise ValueError("every category needs positive training items")
+        W = lr.coef_ / scaler.scale_
+        c = lr.intercept_ - W @ scaler.mean_
+        if len(W) == 1:  # one category: its logit against none is the binary one
+            W, c = np.vstack([np.zeros_like(W[0]), W[0]]), np.array([0.0, c[0]])
+        self.weights = W[1:] - W[0]
+        self.bias = c[1:] - c[0]
+        self.cv_auroc: list[float] = []
+        self.counts: list[tuple[int, int]] = []
+        pooled_z, pooled_y = [], []
+        for j in range(Y.shape[1]):
+            zk = self.oof[:, j + 1] - self.oof[:, 0]
+            known = ~np.isnan(Y[:, j]) & np.isfinite(zk)
+            yk = Y[known, j].astype(int)
+            pooled_z.append(zk[known])
+            pooled_y.append(yk)
+            self.cv_auroc.append(auroc(yk, zk[known]))
+            self.counts.append((int(yk.sum()), int(len(yk) - yk.sum())))
+        # One Platt map for every category, fitted on their pooled out-of-fold logits: a
+        # map per category would reorder categories whose logits are close, and the
+        # multinomial's own ranking of them is the point of fitting jointly.
+        self.platt = LogisticRegression(C=1e4, max_iter=1000).fit(
+            np.concatenate(pooled_z).reshape(-1, 1), np.concatenate(pooled_y))
+
+    def proba(self, X: np.ndarray) -> np.ndarray:
+        """``[n, categories]``: each category's head probability of rows ``X``."""
+        z = X @ self.weights.T + self.bias
+        a, c = float(self.platt.coef_[0][0]), float(self.platt.intercept_[0])
+        return 1.0 / (1.0 + np.exp(-(a * z + c)))
+
+
+def fit_joint_heads(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
+                    labels: Mapping[str, np.ndarray], names: Sequence[str]
+                    ) -> tuple[list[PredicateFit], dict[str, Any]]:
+    """Joint prefix heads for the request predicates ``names`` (see the module docstring).
+
+    Returns a fit per name (a predicate with fewer than :data:`MIN_CLASS` positives is
+    not a class and keeps its zero-shot reading) and the joint fit's summary for the
+    report: chosen layer and strength, cross-validated log-loss and top-1 per candidate.
+    """
+    idx = [i for i, it in enumerate(items) if it.response is None]
+    sub = [items[i] for i in idx]
+    Y_all = np.stack([labels[n][idx] for n in names], axis=1)
+    n_pos = np.nansum(Y_all == 1, axis=0)
+    keep = [j for j, n in enumerate(names) if n_pos[j] >= MIN_CLASS]
+    fits = {n: PredicateFit(n, "request", int(n_pos[j]),
+                            int(np.nansum(Y_all[:, j] == 0)), math.nan,
+                            skipped=f"{int(n_pos[j])} positive training items "
+                            f"(< {MIN_CLASS}): zero-shot kept")
+            for j, n in enumerate(names) if j not in keep}
+    classes = [names[j] for j in keep]
+    if not classes:
+        return [fits[n] for n in names], {"classes": []}
+    Y = Y_all[:, keep]
+    rows, cls, wts = _classes(Y)
+    keys = [ex.keys(it)[0] for it in sub]
+    feats = ex.store.get(keys)
+    missing = sum(1 for k in keys if k not in feats)
+    if missing:
+        raise ValueError(f"{missing} items lack stored features; run the extraction first")
+    cands: dict[str, dict[str, float]] = {}
+    tried: dict[tuple[int, float], float] = {}
+
+    def X_at(layer: int) -> np.ndarray:
+        j = ex.layers.index(layer)
+        return np.stack([feats[k].states[j] for k in keys]).astype(np.float64)
+
+    def score(layer: int, C: float, X: np.ndarray) -> float:
+        z = _oof_logits(X, rows, cls, wts, C, len(sub))
+        tried[layer, C] = ll = _log_loss(z, rows, cls, wts)
+        cands[f"prefix@{layer} C={C}"] = {"log_loss": round(ll, 4),
+                                          "top1": round(top1(z, rows, cls), 4)}
+        return ll
+
+    # The layer at a middle strength, then the strength at that layer: a full grid
+    # costs five times the fits for the same choice on the embedded model's dev data.
+    mid = CS_JOINT[len(CS_JOINT) // 2]
+    layer = min(ex.layers, key=lambda la: score(la, mid, X_at(la)))
+    X = X_at(layer)
+    C = min(CS_JOINT, key=lambda c: tried[layer, c] if (layer, c) in tried
+            else score(layer, c, X))
+    best = (tried[layer, C], layer, C)
+    jm = JointModel(X, Y, C)
+    for j, name in enumerate(classes):
+        (n_p, n_n), cv, platt = jm.counts[j], jm.cv_auroc[j], jm.platt
+        f = PredicateFit(name, "request", n_p, n_n, math.nan, cv_auroc=cv,
+                         readout="prefix", layer=layer, mode="head", C=C)
+        f.head = {"readout": "prefix", "layer": layer, "mode": "head",
+                  "weights": encode_vector(jm.weights[j]), "bias": float(jm.bias[j]),
+                  "platt": {"a": float(platt.coef_[0][0]), "b": float(platt.intercept_[0])},
+                  "info": {"cv_auroc": round(cv, 4), "C": C, "n_pos": n_p, "n_neg": n_n,
+                           "zero_shot_auroc": None, "joint": classes}}
+        fits[name] = f
+    summary = {"classes": classes, "layer": layer, "C": C, "rows": len(rows),
+               "cv_log_loss": round(best[0], 4),
+               "cv_top1": round(top1(jm.oof, jm.rows, jm.cls), 4), "candidates": cands}
+    return [fits[n] for n in names], summary
+
+
+__all__ = ["CS_JOINT", "JointModel", "category_predicates", "fit_joint_heads", "top1"]

@@ -1,0 +1,129 @@
+"""Joint category heads (plguard.heads.joint): one multinomial over a bundle's categories."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from plguard.heads.corpus import CorpusItem
+from plguard.heads.features import Feature
+from tests.heads.fakes import FakeExtractor
+
+# AILuminate hazards of the synthetic set: violent crimes and weapons overlap by
+# construction (gold.yaml leaves each unknown for the other), defamation does not.
+HAZARDS = {"vcr": "request_seeks_violent_crime", "iwp": "request_seeks_indiscriminate_weapons",
+           "dfm": "request_seeks_defamation"}
+
+
+@pytest.fixture(scope="module")
+def hazards():
+    from plguard.policy import load_policy
+
+    return load_policy("hazards")
+
+
+def _synthetic(n: int = 40, d: int = 6, seed: int = 0):
+    """Benign requests near 0; each hazard a cluster; vcr and iwp share a direction."""
+    rng = np.random.default_rng(seed)
+    centres = {"vcr": np.eye(d)[0] * 3, "iwp": (np.eye(d)[0] + np.eye(d)[1]) * 3,
+               "dfm": np.eye(d)[2] * 3}
+    items, feats = [], {}
+    for kind, c in [("safe", np.zeros(d)), *centres.items()]:
+        for i in range(n):
+            uid = f"{kind}/{i}"
+            fields = ({"label": "safe", "type": "contrast_safe", "harm": frozenset()}
+                      if kind == "safe" else
+                      {"label": "unsafe", "type": f"ailuminate_{kind}", "harm": frozenset()})
+            items.append(CorpusItem(uid, "ailuminate" if kind != "safe" else "xstest", uid,
+                                    f"request {uid}", None, fields))
+            state = (c + rng.normal(0, 0.7, d)).astype(np.float32)
+            feats[f"{uid}/prefix"] = Feature(state[None, :], 0.0, 0.0)
+    return items, feats
+
+
+def test_category_predicates_are_the_tagged_rules_request_predicates(hazards):
+    from plguard.heads.joint import category_predicates
+
+    cats = category_predicates(hazards)
+    assert cats["request_seeks_violent_crime"] == "S1"
+    assert cats["request_seeks_code_interpreter_abuse"] == "S14"
+    assert cats["request_treats_assistant_as_human"] == "X2"
+    assert len(cats) == 16 and len(set(cats.values())) == 16
+    # Request predicates no category rule names, and every response predicate, are not.
+    assert "request_is_educational_or_protective" not in cats
+    assert all(hazards.predicate(n).scope == "request" for n in cats)
+
+
+def test_joint_heads_rank_the_own_category_first_and_benign_requests_low(hazards):
+    from plguard.heads.fit import labels_for
+    from plguard.heads.joint import category_predicates, fit_joint_heads
+
+    items, feats = _synthetic()
+    names = list(category_predicates(hazards))
+    fits, summary = fit_joint_heads(hazards, FakeExtractor(feats), items,
+                                    labels_for(hazards, items), names)
+    by = {f.name: f for f in fits}
+    assert set(summary["classes"]) == set(HAZARDS.values())  # only those with positives
+    assert all(by[n].head is None and "zero-shot" in by[n].skipped
+               for n in names if n not in HAZARDS.values())
+    assert summary["cv_top1"] >= 0.9
+    heads = {n: by[n].head for n in HAZARDS.values()}
+    assert all(h["readout"] == "prefix" and h["mode"] == "head" for h in heads.values())
+
+    from plguard.heads.artefact import decode_vector
+
+    def z(name: str, x: np.ndarray) -> float:
+        h = heads[name]
+        return float(decode_vector(h["weights"]) @ x + h["bias"])
+
+    hits = 0
+    for it in items:
+        x = feats[f"{it.uid}/prefix"].states[0].astype(np.float64)
+        scores = {n: z(n, x) for n in heads}
+        if it.fields["label"] == "safe":
+            assert max(scores.values()) < 0  # below `none` on every category
+        else:
+            hits += max(scores, key=lambda n: scores[n]) == HAZARDS[it.fields["type"][11:]]
+    assert hits >= 0.95 * 3 * 40
+    # Every head's probability comes from a Platt map on out-of-fold logits, and its
+    # cross-validated AUROC against the predicate's known labels is reported.
+    assert all(by[n].cv_auroc > 0.9 and by[n].head["platt"]["a"] > 0 for n in heads)
+
+
+def test_fit_options_refuse_joint_heads_without_the_prefix_readout():
+    from plguard.config import GuardConfig
+    from plguard.errors import ConfigError
+    from plguard.heads.train import FitOptions, fit_heads
+
+    class NoForward:  # the check comes before any model work
+        true_false_states = None
+
+    with pytest.raises(ConfigError, match="prefix readout"):
+        fit_heads(GuardConfig.from_dict({"policy": "hazards"}), "unused.json",
+                  FitOptions(readouts=("question",), joint_categories=True),
+                  backend=NoForward())
+    with pytest.raises(ConfigError, match="tags no unsafe rule"):
+        fit_heads(GuardConfig.from_dict({"policy": "minimal"}), "unused.json",
+                  FitOptions(joint_categories=True), backend=NoForward())
+
+
+def test_one_category_is_the_binary_head_against_none(hazards):
+    from plguard.heads.artefact import decode_vector
+    from plguard.heads.fit import labels_for
+    from plguard.heads.joint import category_predicates, fit_joint_heads
+
+    items, feats = _synthetic()
+    items = [it for it in items if it.fields["type"] in ("contrast_safe", "ailuminate_dfm")]
+    fits, summary = fit_joint_heads(hazards, FakeExtractor(feats), items,
+                                    labels_for(hazards, items),
+                                    list(category_predicates(hazards)))
+    assert summary["classes"] == ["request_seeks_defamation"]
+    h = next(f for f in fits if f.name == "request_seeks_defamation").head
+    w = decode_vector(h["weights"])
+    z = [float(w @ feats[f"{it.uid}/prefix"].states[0] + h["bias"]) for it in items]
+    # Defamation above none, benign requests below (clusters 3 apart, noise 0.7).
+    assert sum(v <= 0 for v in z[40:]) + sum(v >= 0 for v in z[:40]) <= 3
+
+    none, _ = fit_joint_heads(hazards, FakeExtractor(feats), items[:40],
+                              labels_for(hazards, items[:40]), ["request_seeks_defamation"])
+    assert none[0].head is None and "zero-shot" in none[0].skipped
