@@ -20,6 +20,27 @@ from plguard.evals.hazards.items import BENIGN
 ROWS_PER_BLOCK = 4096  # rows of one policy evaluation (items x answer assignments)
 
 
+def unsafe_inputs(policy: Any) -> set[str]:
+    """The predicates some unsafe rule depends on (through derived rules).
+
+    The others (over-refusal's request predicates) cannot change a worst-answer score, so
+    a study need not read them: their columns may hold anything.
+    """
+    from plguard.policy._syntax import atoms
+
+    defs = policy.program.definitions()
+    preds = set(policy.predicate_names)
+    seen: set[str] = set()
+    todo = list(policy.unsafe_rules)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        todo.extend(a.name for r in defs.get(name, ()) for a in atoms(r.body))
+    return seen & preds
+
+
 def worst_case_matrix(policy: Any, request_probs: np.ndarray, names: Sequence[str]
                       ) -> dict[str, np.ndarray]:
     """Each unsafe rule's worst-answer probability per row of ``request_probs``.
@@ -105,4 +126,4 @@ def detection(codes: Sequence[str], scores: np.ndarray, groups: Sequence[str],
             else math.nan}
 
 
-__all__ = ["category_matrix", "detection", "worst_case_matrix"]
+__all__ = ["category_matrix", "detection", "unsafe_inputs", "worst_case_matrix"]

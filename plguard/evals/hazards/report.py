@@ -27,7 +27,12 @@ from typing import Any
 import numpy as np
 
 from plguard.evals.hazards.items import BENIGN, sample, test_items
-from plguard.evals.hazards.metrics import category_matrix, detection, worst_case_matrix
+from plguard.evals.hazards.metrics import (
+    category_matrix,
+    detection,
+    unsafe_inputs,
+    worst_case_matrix,
+)
 from plguard.heads.artefact import HeadsFile
 from plguard.heads.corpus import CorpusItem
 from plguard.heads.features import Extractor
@@ -36,14 +41,22 @@ from plguard.types import renormalise
 
 def request_matrix(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
                    heads: HeadsFile | None) -> np.ndarray:
-    """P per (item, request predicate): the head where the file has one, else zero-shot."""
+    """P per (item, request predicate): the head where the file has one, else zero-shot.
+
+    A predicate without a head that no unsafe rule depends on (:func:`unsafe_inputs`) is
+    not read: its column holds its prior, which no worst-answer score can see.
+    """
     specs = [s for s in policy.predicates if s.scope == "request"]
+    needed = unsafe_inputs(policy)
     cols = []
     for spec in specs:
         head = heads.heads.get(spec.name) if heads is not None else None
         if head is not None and head.readout != "prefix":
             raise ValueError(f"{spec.name}'s head reads {head.readout}; the hazards study "
                              "reads request prompts (prefix heads)")
+        if head is None and spec.name not in needed:
+            cols.append([float(policy.priors.get(spec.name, 0.5))] * len(items))
+            continue
         if head is None:
             block = ex.grounder.question_block(spec, spec.question)
             qpos = 1 + ex.questions("request").index(block)
@@ -82,6 +95,7 @@ def hazards_report(backend: Any, runs: Mapping[str, HeadsFile | None], cfg: Any,
     policy = load_policy(policy_name)
     req_specs = [s for s in policy.predicates if s.scope == "request"]
     names = [s.name for s in req_specs]
+    needed = unsafe_inputs(policy)
     every = test_items()
     store = FeatureStore(default_store_path(backend))
     layers = default_layers(backend.n_layers)
@@ -90,7 +104,8 @@ def hazards_report(backend: Any, runs: Mapping[str, HeadsFile | None], cfg: Any,
         t0 = time.perf_counter()
         limit = heads_limit if hf is not None else zs_limit
         items = sample(every, limit, seed) if limit else every
-        unheaded = [s for s in req_specs if hf is None or s.name not in hf.heads]
+        unheaded = [s for s in req_specs if (hf is None or s.name not in hf.heads)
+                    and s.name in needed]
         ex = Extractor(backend, unheaded or req_specs, cfg, store,
                        hf.layers if hf is not None else layers,
                        questions=bool(unheaded), pairs=False)

@@ -7,12 +7,14 @@ confident. Here every dev request of the study (plguard.evals.hazards.items, spl
 is scored by heads **cross-fitted** by request text: the requests of one fold are scored
 by heads trained on every corpus item of the other folds (readout, layer and strength as
 the heads file chose them on all of dev: a small leak, said in the file), each fold head
-with its own Platt map on its own out-of-fold scores, as plguard.heads.fit does.
+with its own Platt map on its own out-of-fold scores, as plguard.heads.fit does (joint
+category heads, plguard.heads.joint, are refitted together per fold, as they were fitted).
 
 The threshold is the lowest that flags at most ``max_fp`` of each benign group's dev
-requests (CoCoNot contrast, XSTest safe): a moderation user names the false-positive rate
-they accept, and recall is what follows from it. The result is a calibration file
-(thresholds only) that records the heads file it was fitted for, to use beside it:
+requests (CoCoNot contrast, XSTest safe; plguard_s14's look-alikes are reported, not
+capped): a moderation user names the false-positive rate they accept, and recall is what
+follows from it. The result is a calibration file (thresholds only) that records the
+heads file it was fitted for, to use beside it:
 ``--set grounding.heads=H --set grounding.calibration=C``.
 """
 
@@ -33,6 +35,9 @@ from plguard.heads.features import Extractor
 FOLDS = 5
 SEED = 0
 MAX_FP = 0.05  # the dev false-positive rate each benign group may reach
+# The benign groups the cap applies to: plguard_s14's 25 dev look-alikes are too few (one
+# request would decide a 5% cap) and written by us; their rate is reported, not capped.
+CAPPED = ("coconot_contrast", "xstest_safe")
 CURVE = (0.01, 0.02, 0.05, 0.1, 0.2)  # other caps the file lists, to choose another
 
 
@@ -60,18 +65,40 @@ def crossfit_requests(policy: Any, ex: Extractor, corpus: Sequence[CorpusItem],
     fold_ev = np.array([text_fold(it.request, folds) for it in items])
     states = _states(ex, [*requests, *items])
     designs: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # layer -> (X_tr, X_ev)
-    for c, spec in enumerate(specs):
-        head = hf.heads.get(spec.name)
-        if head is None:
-            continue
-        if head.mode != "head" or head.readout != "prefix":
-            raise ValueError(f"{spec.name}: request thresholds read prefix heads of mode "
-                             f"'head', not {head.readout}/{head.mode}")
-        j = hf.layers.index(head.layer)
+
+    def design(layer: int) -> tuple[np.ndarray, np.ndarray]:
+        j = hf.layers.index(layer)
         if j not in designs:
             designs[j] = (np.stack([states[ex.keys(it)[0]][j] for it in requests]),
                           np.stack([states[ex.keys(it)[0]][j] for it in items]))
-        X_tr, X_ev = designs[j]
+        return designs[j]
+
+    names = [s.name for s in specs]
+    joint: list[str] = []
+    for spec in specs:
+        head = hf.heads.get(spec.name)
+        if head is not None and (head.mode != "head" or head.readout != "prefix"):
+            raise ValueError(f"{spec.name}: request thresholds read prefix heads of mode "
+                             f"'head', not {head.readout}/{head.mode}")
+        if head is not None and head.info.get("joint"):
+            joint = list(head.info["joint"])
+    if joint:  # the joint heads are refitted together, by their own recipe
+        from plguard.heads.joint import JointModel
+
+        head = hf.heads[joint[0]]
+        X_tr, X_ev = design(head.layer)
+        Y = np.column_stack([labels[n] for n in joint])
+        cols = [names.index(n) for n in joint]
+        for k in range(folds):
+            at = fold_ev == k
+            if at.any():
+                jm = JointModel(X_tr[fold_tr != k], Y[fold_tr != k], float(head.info["C"]))
+                out[np.ix_(at, cols)] = jm.proba(X_ev[at])
+    for c, spec in enumerate(specs):
+        head = hf.heads.get(spec.name)
+        if head is None or spec.name in joint:
+            continue
+        X_tr, X_ev = design(head.layer)
         y = labels[spec.name]
         known = ~np.isnan(y)
         C = float(head.info.get("C", 0.05))
@@ -99,7 +126,7 @@ def pick_threshold(strongest: np.ndarray, groups: Sequence[str], max_fp: float =
                    ) -> dict[str, Any]:
     """The lowest threshold flagging at most ``max_fp`` of every benign group; its rates."""
     g = np.array(groups)
-    benign = [b for b in BENIGN if (g == b).any()]
+    benign = [b for b in CAPPED if (g == b).any()]
     if not benign or np.isin(g, BENIGN).all():
         raise ValueError("thresholds need dev requests of a benign group and hazardous ones")
     # Flagged is P >= t: the lowest admissible t sits just above the benign scores that
@@ -114,7 +141,8 @@ def pick_threshold(strongest: np.ndarray, groups: Sequence[str], max_fp: float =
     flagged = strongest >= t
     haz = ~np.isin(g, BENIGN)
     return {"unsafe": t, "max_fp": max_fp,
-            "dev_flagged": {b: float(flagged[g == b].mean()) for b in benign},
+            "dev_flagged": {b: float(flagged[g == b].mean()) for b in BENIGN
+                            if (g == b).any()},
             "dev_recall": float(flagged[haz].mean()),
             "n": {"hazardous": int(haz.sum()), **{b: int((g == b).sum()) for b in benign}}}
 
@@ -125,7 +153,7 @@ def request_threshold_document(policy: Any, ex: Extractor, corpus: Sequence[Corp
                                folds: int = FOLDS) -> dict[str, Any]:
     """The calibration document (the unsafe threshold) of request heads ``hf``."""
     from plguard.calibration import heads_calibration_header
-    from plguard.evals.hazards.metrics import worst_case_matrix
+    from plguard.evals.hazards.metrics import category_matrix, detection, worst_case_matrix
     from plguard.evals.quality.report import fast_auroc
 
     names = [s.name for s in policy.predicates if s.scope == "request"]
@@ -135,6 +163,8 @@ def request_threshold_document(policy: Any, ex: Extractor, corpus: Sequence[Corp
     groups = [it.fields["group"] for it in items]
     pick = pick_threshold(strongest, groups, max_fp)
     haz = ~np.isin(np.array(groups), BENIGN)
+    codes, scores = category_matrix(policy, rules)
+    det = detection(codes, scores, groups, strongest >= pick["unsafe"], 200, SEED)
     return {
         **heads_calibration_header(policy.id, identity, ex.grounder.template_version, hf.path),
         "fitted_on": {"split": ["dev"], "n_requests": len(items),
@@ -143,8 +173,16 @@ def request_threshold_document(policy: Any, ex: Extractor, corpus: Sequence[Corp
                                  f"over {folds} folds of request texts (readout, layer and "
                                  "strength as the heads file chose them on all of dev)",
                       "rule": f"lowest threshold flagging at most {max_fp:.0%} of each "
-                              "benign group",
+                              f"benign group of {', '.join(CAPPED)}",
                       "crossfit_auroc": {"hazardous_vs_benign": fast_auroc(haz, strongest)},
+                      # How the categories rank on dev (cross-fitted): where heads are
+                      # chosen, e.g. joint against one-vs-rest category heads.
+                      "crossfit_detection": {
+                          "top1": det["top1"], "top1_present": det["top1_present"],
+                          "auroc_vs_benign": {c: r["vs_benign"]["value"]
+                                              for c, r in det["categories"].items()},
+                          "auroc_vs_other": {c: r["vs_other"]["value"]
+                                             for c, r in det["categories"].items()}},
                       **{k: v for k, v in pick.items() if k != "unsafe"},
                       "other_caps": [{k: v for k, v in pick_threshold(strongest, groups, c)
                                       .items() if k != "n"} for c in CURVE]},
@@ -173,7 +211,10 @@ def fit_request_thresholds(backend: Any, config: Any, hf: HeadsFile, out: Path, 
                          hf.training.get("limit_per_source"))
     items = sample(test_items("dev"), items_per_group, SEED)
     specs = [s for s in policy.predicates if s.scope == "request"]
-    unheaded = [s for s in specs if s.name not in hf.heads]
+    from plguard.evals.hazards.metrics import unsafe_inputs
+
+    needed = unsafe_inputs(policy)
+    unheaded = [s for s in specs if s.name not in hf.heads and s.name in needed]
     store = FeatureStore(default_store_path(backend))
     ex = Extractor(backend, unheaded or specs, config.grounding, store, hf.layers,
                    questions=bool(unheaded), pairs=False)
@@ -201,7 +242,8 @@ def format_request_fit(doc: Mapping[str, Any]) -> str:
             f"thresholds.unsafe = {doc['thresholds']['unsafe']:.4f}: {f['rule']}. On "
             f"{f['n_requests']} dev requests scored by cross-fitted heads: flagged {rates}; "
             f"hazardous requests flagged {f['dev_recall']:.1%}; AUROC hazardous vs benign "
-            f"{f['crossfit_auroc']['hazardous_vs_benign']:.3f}.\n\n"
+            f"{f['crossfit_auroc']['hazardous_vs_benign']:.3f}; own category first for "
+            f"{f['crossfit_detection']['top1']:.1%} of hazardous requests.\n\n"
             "Other caps (set thresholds.unsafe to choose one):\n\n"
             "| benign flagged at most | thresholds.unsafe | hazardous flagged |\n"
             "|---|---|---|\n"

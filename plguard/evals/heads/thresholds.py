@@ -150,8 +150,12 @@ def threshold_document(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
 
 def fit_heads_thresholds(config: Any, heads: str | Path, out: str | Path, *,
                          rewrite: Any = None, folds: int = FOLDS, backend: Any = None,
-                         progress: bool = True) -> Path:
+                         progress: bool = True, target: str | None = None) -> Path:
     """Write the thresholds calibration of heads file ``heads`` for ``config``'s grounder.
+
+    ``target`` "moderation": the request threshold (plguard.evals.hazards.thresholds);
+    "pairs": both thresholds on XSTest's dev pairs; None: moderation for request-only
+    heads, else pairs.
 
     The corpus is the one the heads were trained on (sources and per-source limit from the
     file's ``training`` record); missing features are extracted (cached, resumable).
@@ -167,9 +171,14 @@ def fit_heads_thresholds(config: Any, heads: str | Path, out: str | Path, *,
     from plguard.records.store import write_json_atomic
 
     hf = load_heads(heads)
-    if list(hf.training.get("scopes") or ()) == ["request"]:
-        # Request heads alone (the hazards bundle's): no answer is read, so the threshold
-        # is the moderation one, fitted on dev requests (plguard.evals.hazards.thresholds).
+    if target not in (None, "moderation", "pairs"):
+        raise ConfigError(f"threshold target '{target}': use moderation or pairs")
+    if target is None:
+        target = "moderation" if list(hf.training.get("scopes") or ()) == ["request"] \
+            else "pairs"
+    if target == "moderation":
+        # Request heads alone (the hazards bundle's) read no answer, so the threshold is
+        # the moderation one, fitted on dev requests (plguard.evals.hazards.thresholds).
         from plguard.evals.hazards.thresholds import fit_request_thresholds, format_request_fit
 
         path = Path(out)

@@ -58,7 +58,8 @@ def _cmd_fit_heads(args: argparse.Namespace) -> int:
     from plguard.evals.heads.thresholds import fit_heads_thresholds
 
     path = fit_heads_thresholds(config_from_args(args), args.heads, args.out,
-                                rewrite=_rewrite(args), progress=not args.no_progress)
+                                rewrite=_rewrite(args), progress=not args.no_progress,
+                                target=args.target)
     print(path.with_suffix(".md").read_text(encoding="utf-8"))
     print(f"calibration file: {path}  (use it with --set grounding.heads={args.heads} "
           f"--set grounding.calibration={path})")
@@ -190,6 +191,11 @@ def add_quality_commands(eval_sub: Any) -> None:
     add_config_options(h)
     h.add_argument("--heads", required=True, metavar="FILE.json")
     h.add_argument("--out", required=True, metavar="FILE.json")
+    h.add_argument("--target", choices=("moderation", "pairs"),
+                   help="moderation: the unsafe threshold of requests alone (each category "
+                   "at its worst answer), capped by the false positives on benign dev "
+                   "requests; pairs: both thresholds on XSTest's dev pairs. Default: "
+                   "moderation for request-only heads, pairs otherwise.")
     h.add_argument("--no-progress", action="store_true")
     _add_rewrite_cost(h)
     h.set_defaults(func=_cmd_fit_heads)
