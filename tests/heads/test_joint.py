@@ -127,3 +127,18 @@ def test_one_category_is_the_binary_head_against_none(hazards):
     none, _ = fit_joint_heads(hazards, FakeExtractor(feats), items[:40],
                               labels_for(hazards, items[:40]), ["request_seeks_defamation"])
     assert none[0].head is None and "zero-shot" in none[0].skipped
+
+
+def test_joint_heads_thresholds_are_the_moderation_ones():
+    from plguard.config import GuardConfig
+    from plguard.errors import ConfigError
+    from plguard.evals.heads.thresholds import fit_heads_thresholds
+    from plguard.heads.artefact import load_heads, shipped_heads
+
+    path = shipped_heads("hazards")
+    assert any(h.info.get("joint") for h in load_heads(path).heads.values())
+    cfg = GuardConfig.from_dict({"policy": "hazards"})
+    with pytest.raises(ConfigError, match="--target moderation"):
+        fit_heads_thresholds(cfg, path, "unused.json", target="pairs", backend=object())
+    with pytest.raises(ConfigError, match="use moderation or pairs"):
+        fit_heads_thresholds(cfg, path, "unused.json", target="guard", backend=object())

@@ -186,6 +186,10 @@ def fit_heads_thresholds(config: Any, heads: str | Path, out: str | Path, *,
                                      hf, path, folds=folds, progress=progress)
         path.with_suffix(".md").write_text(format_request_fit(doc), encoding="utf-8")
         return path
+    if any(h.info.get("joint") for h in hf.heads.values()):
+        # The pairs' cross-fit refits each head alone, not the joint recipe.
+        raise ConfigError(f"{heads} holds joint category heads; fit their threshold with "
+                          "--target moderation")
     policy = load_policy(hf.policy_name)
     sources = hf.training.get("sources")
     if not sources or "xstest" not in sources:
