@@ -9,8 +9,9 @@
 #   (the 1.5B run on 2 cores: a seeded 200 dev items per source; zero-shot on 3 and heads
 #   on 30 test prompts per group)
 #
-# Stages, in order: features (dev requests, prefix states only), fit (request-scope prefix
-# heads for hazards), thresholds (the moderation threshold on dev requests scored by
+# Stages, in order: features (dev requests, prefix states only), fit (prefix heads for
+# hazards: the categories' request predicates jointly; the fit forwards the answers it
+# needs for response heads), thresholds (the moderation threshold on dev requests scored by
 # cross-fitted heads), report (heads on every test prompt, flagged at that threshold;
 # zero-shot on a seeded ZS_LIMIT-per-group sample: 16 questions per prompt), ship
 # (embedded only: the heads and threshold become plguard/heads/shipped/embedded-hazards*),
@@ -23,9 +24,14 @@ if [ "$MODEL" = embedded ]; then TAG=${TAG:-embedded}; else TAG=${TAG:-qwen1.5b}
 R=eval/results/hazards-$TAG
 ZS_LIMIT=${ZS_LIMIT:-10}
 LIMIT=${LIMIT:-}   # dev items per source (XSTest is never cut); empty: all of dev
-SOURCES=xstest,ailuminate,coconot,coconot_plain,coconot_hazards
+SOURCES=xstest,ailuminate,coconot,coconot_plain,coconot_hazards,plguard_s14
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's plguard
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+# Heads: the category predicates fitted jointly (JOINT= for one-vs-rest heads); request
+# and response predicates on the embedded model (its answers' prefix states are cheap),
+# request ones only on a larger model (SCOPE=both to fit its response heads too).
+JOINT=${JOINT---joint-categories}
+if [ "$MODEL" = embedded ]; then SCOPE=${SCOPE:-both}; else SCOPE=${SCOPE:-request}; fi
 mkdir -p "$R"
 
 case "${1:?stage}" in
@@ -34,11 +40,11 @@ features)
     --sources $SOURCES ${LIMIT:+--dev-limit $LIMIT} ;;
 fit)
   python3 -m plguard heads fit --model "$MODEL" --policy hazards --sources $SOURCES \
-    --readouts prefix --scope request --quiet ${LIMIT:+--limit-per-source $LIMIT} \
+    --readouts prefix --scope "$SCOPE" $JOINT --quiet ${LIMIT:+--limit-per-source $LIMIT} \
     --out "$R/heads-hazards.json" ;;
 thresholds)
   python3 -m plguard eval quality fit-heads --model "$MODEL" --policy hazards \
-    --heads "$R/heads-hazards.json" --out "$R/calibration-hazards.json" ;;
+    --heads "$R/heads-hazards.json" --target moderation --out "$R/calibration-hazards.json" ;;
 report)
   python3 scripts/results/hazards_report.py --model "$MODEL" --out "$R" --zs-limit "$ZS_LIMIT" \
     --heads-limit "${HEADS_LIMIT:-0}" --run "zero-shot" --run "heads=$R/heads-hazards.json" \
@@ -50,9 +56,10 @@ ship)
 xstest)  # the embedded model only: plguard with hazards beside detailed (each with its
          # shipped heads, the default) on the embedded drafts of eval/results/xstest-cpu,
          # XSTest's test part; detailed at the config's thresholds (0.5 / 0.5), hazards at
-         # its shipped moderation threshold (the default with its shipped heads)
+         # its shipped moderation threshold (the default with its shipped heads);
+         # POLICIES="hazards" reruns one (a finished run resumes to nothing)
   [ "$MODEL" = embedded ] || { echo "stage xstest: the embedded model only" >&2; exit 2; }
-  for pol in hazards detailed; do
+  for pol in ${POLICIES:-hazards detailed}; do
     XH=eval/results/xstest-embedded-$pol
     mkdir -p $XH
     for f in manifest.json base.jsonl; do [ -e $XH/$f ] || cp eval/results/xstest-cpu/$f $XH/$f; done
