@@ -72,7 +72,9 @@ def test_prefix_only_features_fit_and_apply_exactly(embedded_backend_bf16, tmp_p
                                     items_per_group=3, progress=False)
     t = fitted["thresholds"]["unsafe"]
     f = fitted["fitted_on"]
-    assert 0 < t <= 1 and all(v <= 0.05 for v in f["dev_flagged"].values())
+    from plguard.evals.hazards.thresholds import CAPPED
+
+    assert 0 < t <= 1 and all(v <= 0.05 for b, v in f["dev_flagged"].items() if b in CAPPED)
     assert [c["max_fp"] for c in f["other_caps"]] == sorted(c["max_fp"]
                                                              for c in f["other_caps"])
     tuned = Guard.from_config(policy="hazards", **{"grounding.heads": str(out),
@@ -98,7 +100,13 @@ def test_shipped_hazards_heads_are_the_default_for_moderation(embedded_backend_b
                                                  "grounding.heads": "off"}).moderate(text)[0]
     assert on.grounding.heads == hf.label and off.grounding.heads == ""
     got = {s.name: s for s in on.grounding.scores}
-    assert all(got[n].source == "head" and got[n].p_zeroshot is None for n in hf.heads)
+    # Moderating a request alone grounds the request predicates only (answers: worst case).
+    from plguard.policy import load_policy
+
+    hazards = load_policy("hazards")
+    request_heads = [n for n in hf.heads if hazards.predicate(n).scope == "request"]
+    assert request_heads and all(got[n].source == "head" and got[n].p_zeroshot is None
+                                 for n in request_heads)
     # The heads' readings, not the zero-shot ones, are what the category scores come from.
     assert on.decision.category_scores != off.decision.category_scores
 
@@ -115,6 +123,7 @@ def test_shipped_hazards_threshold_comes_with_the_shipped_heads():
                                                     ).hexdigest()
     auto = Guard.from_config(policy="hazards", **{"grounding.cache": None})
     assert auto.thresholds.unsafe == pytest.approx(want) != 0.5
+    assert doc["thresholds"]["over_refusal"] is None and auto.thresholds.over_refusal is None
     # Not beside other heads, nor without heads: the configured threshold then.
     off = Guard.from_config(policy="hazards", **{"grounding.cache": None,
                                                  "grounding.heads": "off"})

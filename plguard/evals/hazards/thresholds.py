@@ -188,7 +188,10 @@ def request_threshold_document(policy: Any, ex: Extractor, corpus: Sequence[Corp
                                       .items() if k != "n"} for c in CURVE]},
         "predicates": {}, "uncalibrated": {n: "zero-shot, raw P(True)" for n in names
                                            if n not in hf.heads},
-        "thresholds": {"unsafe": pick["unsafe"]}}
+        # Rewrites off: nothing here shows they pay (the pairs fit, which can, needs answers
+        # read by these heads), and plguard's rule is that they stay off until dev data show
+        # they fix more over-refusals than the refusals of unsafe requests they unlock.
+        "thresholds": {"unsafe": pick["unsafe"], "over_refusal": None}}
 
 
 def fit_request_thresholds(backend: Any, config: Any, hf: HeadsFile, out: Path, *,
