@@ -131,17 +131,19 @@ def top1(z: np.ndarray, rows: np.ndarray, cls: np.ndarray) -> float:
 
 
 class JointModel:
-    """A fitted joint recipe: the multinomial and each category's Platt map.
+    """A fitted joint recipe: the multinomial and the categories' shared Platt map.
 
     ``weights``/``bias``: each category's logit against ``none``, in raw-state units;
-    ``oof``: the out-of-fold class logits of the training items (NaN where unscored).
+    ``oof``: the out-of-fold class logits of the training items (NaN where unscored),
+    computed here unless the caller has them (the same folds, ``C`` and rows).
     """
 
-    def __init__(self, X: np.ndarray, Y: np.ndarray, C: float) -> None:
+    def __init__(self, X: np.ndarray, Y: np.ndarray, C: float,
+                 oof: np.ndarray | None = None) -> None:
         from sklearn.linear_model import LogisticRegression
 
         rows, cls, wts = _classes(Y)
-        self.oof = _oof_logits(X, rows, cls, wts, C, len(X))
+        self.oof = _oof_logits(X, rows, cls, wts, C, len(X)) if oof is None else oof
         self.rows, self.cls = rows, cls
         model = _multinomial(C)
         with warnings.catch_warnings():
@@ -211,13 +213,14 @@ def fit_joint_heads(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
         raise ValueError(f"{missing} items lack stored features; run the extraction first")
     cands: dict[str, dict[str, float]] = {}
     tried: dict[tuple[int, float], float] = {}
+    oofs: dict[tuple[int, float], np.ndarray] = {}  # kept: the winner's feed its Platt map
 
     def X_at(layer: int) -> np.ndarray:
         j = ex.layers.index(layer)
         return np.stack([feats[k].states[j] for k in keys]).astype(np.float64)
 
     def score(layer: int, C: float, X: np.ndarray) -> float:
-        z = _oof_logits(X, rows, cls, wts, C, len(sub))
+        z = oofs[layer, C] = _oof_logits(X, rows, cls, wts, C, len(sub))
         tried[layer, C] = ll = _log_loss(z, rows, cls, wts)
         cands[f"prefix@{layer} C={C}"] = {"log_loss": round(ll, 4),
                                           "top1": round(top1(z, rows, cls), 4)}
@@ -230,20 +233,20 @@ def fit_joint_heads(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
     X = X_at(layer)
     C = min(CS_JOINT, key=lambda c: tried[layer, c] if (layer, c) in tried
             else score(layer, c, X))
-    best = (tried[layer, C], layer, C)
-    jm = JointModel(X, Y, C)
+    jm = JointModel(X, Y, C, oofs[layer, C])
+    platt = {"a": float(jm.platt.coef_[0][0]), "b": float(jm.platt.intercept_[0])}
     for j, name in enumerate(classes):
-        (n_p, n_n), cv, platt = jm.counts[j], jm.cv_auroc[j], jm.platt
+        (n_p, n_n), cv = jm.counts[j], jm.cv_auroc[j]
         f = PredicateFit(name, "request", n_p, n_n, math.nan, cv_auroc=cv,
                          readout="prefix", layer=layer, mode="head", C=C)
         f.head = {"readout": "prefix", "layer": layer, "mode": "head",
                   "weights": encode_vector(jm.weights[j]), "bias": float(jm.bias[j]),
-                  "platt": {"a": float(platt.coef_[0][0]), "b": float(platt.intercept_[0])},
+                  "platt": platt,
                   "info": {"cv_auroc": round(cv, 4), "C": C, "n_pos": n_p, "n_neg": n_n,
                            "zero_shot_auroc": None, "joint": classes}}
         fits[name] = f
     summary = {"classes": classes, "layer": layer, "C": C, "rows": len(rows),
-               "cv_log_loss": round(best[0], 4),
+               "cv_log_loss": round(tried[layer, C], 4),
                "cv_top1": round(top1(jm.oof, jm.rows, jm.cls), 4), "candidates": cands}
     return [fits[n] for n in names], summary
 

@@ -21,24 +21,12 @@ ROWS_PER_BLOCK = 4096  # rows of one policy evaluation (items x answer assignmen
 
 
 def unsafe_inputs(policy: Any) -> set[str]:
-    """The predicates some unsafe rule depends on (through derived rules).
+    """The predicates some unsafe rule depends on (its compiled circuit's support).
 
     The others (over-refusal's request predicates) cannot change a worst-answer score, so
     a study need not read them: their columns may hold anything.
     """
-    from plguard.policy._syntax import atoms
-
-    defs = policy.program.definitions()
-    preds = set(policy.predicate_names)
-    seen: set[str] = set()
-    todo = list(policy.unsafe_rules)
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        todo.extend(a.name for r in defs.get(name, ()) for a in atoms(r.body))
-    return seen & preds
+    return set().union(*(policy.compiled.support(q) for q in policy.unsafe_rules))
 
 
 def worst_case_matrix(policy: Any, request_probs: np.ndarray, names: Sequence[str]
