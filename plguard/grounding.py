@@ -323,12 +323,17 @@ class Grounder:
         scope: Scope = "request" if view.response is None else "response"
         prefix_t, suffix_t = self._template(scope)
         prefix = prefix_t.replace("\x01REQ\x01", view.request, 1)
+        start = end = prefix_t.index("\x01REQ\x01")
+        end += len(view.request)
         if view.response is not None:
+            end = prefix.index("\x01RESP\x01") + len(view.response)
             prefix = prefix.replace("\x01RESP\x01", view.response, 1)
         qs = self._questions(scope) if questions is None else questions
         suffixes = tuple(suffix_t.replace(_SENTINEL, q, 1) for q in qs)
+        # The data (request, then response) is the span a ``pool`` head averages over.
         return TFRequest(prefix=prefix, suffixes=suffixes, answers=self.answers,
-                         batch_size=self.cfg.batch_size)
+                         batch_size=self.cfg.batch_size,
+                         pool=(start, end) if end > start else None)
 
     def prompts(self, request: str, response: str | None) -> TFRequest:
         """The grounding prompt(s) of the first view (request-scope when no response)."""
@@ -505,7 +510,7 @@ class Grounder:
                     source[i] = (False, len(extra))
                     extra.append(self._request_end_prompt(v))
         own = [i for i, v in enumerate(views)
-               if v.response is not None or per_view[i] or reads & {"question", "prefix"}]
+               if v.response is not None or per_view[i] or reads & {"question", "prefix", "pool"}]
         fwd = self.backend.true_false_states(  # type: ignore[attr-defined]
             [built[i] for i in own] + extra, self.heads.layers)
         outs = dict(zip(own, fwd, strict=False))

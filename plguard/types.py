@@ -91,6 +91,11 @@ class TFRequest:
     # A learned head reads the end of the request block inside a pair's prompt there, so
     # one forward over the pair serves both scopes.
     marks: tuple[int, ...] = ()
+    # A character span ``[start, end)`` of ``prefix`` (the data block) whose tokens' mean
+    # hidden state is also wanted: a learned head's ``pool`` readout. The state at one
+    # position carries what the model attends to there; the mean over the data carries
+    # what the data is about, which is what a hazard category is.
+    pool: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

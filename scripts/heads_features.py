@@ -32,14 +32,15 @@ def main() -> None:
     ap.add_argument("--no-dev", action="store_true")
     ap.add_argument("--sources", default=None, help="corpus sources, comma-separated")
     ap.add_argument("--prefix-only", action="store_true",
-                    help="requests only, their prefix states alone (no questions, no pairs)")
+                    help="requests only, their prefix and pool states alone (no questions, "
+                    "no pairs)")
     a = ap.parse_args()
     cfg = GuardConfig.from_dict({"generator": {"path": a.model}})
     backend = load_backend(cfg.grounder_model)
     specs = [s for p in a.policies.split(",") for s in load_policy(p).predicates]
     store = FeatureStore(default_store_path(backend))
     ex = Extractor(backend, specs, cfg.grounding, store, default_layers(backend.n_layers),
-                   questions=not a.prefix_only, pairs=not a.prefix_only)
+                   questions=not a.prefix_only, pairs=not a.prefix_only, pool=a.prefix_only)
     if not a.no_dev:
         dev = load_corpus(*([tuple(a.sources.split(","))] if a.sources else []),
                           limit_per_source=a.dev_limit)

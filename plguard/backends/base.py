@@ -18,7 +18,8 @@ class StatedScores:
     last token; ``prefix_state``: ``[n_layers, d]``, the prefix's at its last token (None
     without a prefix or when no layers were asked for); ``mark_states``:
     ``[n_marks, n_layers, d]``, the state at each of the request's ``marks`` (None without
-    marks). Backends that can return hidden states offer
+    marks); ``pool_state``: ``[n_layers, d]``, the mean over the tokens of the request's
+    ``pool`` span (None without one). Backends that can return hidden states offer
     ``true_false_states(requests, layers) -> list[StatedScores]``.
     """
 
@@ -26,6 +27,7 @@ class StatedScores:
     answer_states: Any = None
     prefix_state: Any = None
     mark_states: Any = None
+    pool_state: Any = None
 
 
 @runtime_checkable

@@ -336,6 +336,9 @@ class TransformersBackend(TokenizerText):
         pre_state = _states_at_last(pre.hidden_states, layers)[0] if want else None
         marks = (self._mark_states(req, prefix, truncated, pre.hidden_states, layers)
                  if want and req.marks else None)
+        pool = (_mean_states(pre.hidden_states, self._pool_positions(req, len(prefix),
+                                                                      truncated), layers)
+                if want and req.pool is not None else None)
         base_cache = pre.past_key_values
         scores: list[TFScore] = []
         answer_states: list[Any] = []
@@ -367,7 +370,30 @@ class TransformersBackend(TokenizerText):
             if want:
                 answer_states.append(_states_at_last(out.hidden_states, layers))
         return StatedScores(scores, np.concatenate(answer_states) if answer_states else None,
-                            pre_state, marks)
+                            pre_state, marks, pool)
+
+    def _pool_positions(self, req: TFRequest, n_ids: int, truncated: bool) -> list[int]:
+        """Positions, among the forwarded prefix ids, of the tokens of ``req.pool``.
+
+        The span's ends are token counts of the prefix cut there (a token the whole prefix
+        merges across an end is counted with the side it starts on). In a prefix cut to
+        fit (head and tail kept, :meth:`request_ids`), the dropped middle's tokens are not
+        in the mean; a span dropped whole reads the last kept token.
+        """
+        assert req.pool is not None
+        a, b = req.pool
+        if not 0 <= a < b <= len(req.prefix):
+            raise BackendError(f"pool span {req.pool} outside the prompt prefix "
+                               f"(0..{len(req.prefix)})")
+        lo, hi = len(self.encode(req.prefix[:a])), len(self.encode(req.prefix[:b]))
+        if not truncated:
+            pos = list(range(min(lo, n_ids - 1), min(hi, n_ids)))
+        else:
+            head = n_ids // 2
+            t0 = len(self.encode(req.prefix)) - (n_ids - head)  # first kept tail token
+            pos = [j if j < head else j - t0 + head for j in range(lo, hi)
+                   if j < head or j >= t0]
+        return pos or [n_ids - 1]
 
     def _mark_ids(self, req: TFRequest, mark: int) -> list[int]:
         if not 0 < mark <= len(req.prefix):
@@ -437,10 +463,16 @@ class TransformersBackend(TokenizerText):
                 pre = self._score_ids(prefix, truncated, ids_tf, lay) if prefix else None
                 marks = (np.stack([self._last_states(self._mark_ids(req, m), lay)
                                    for m in req.marks]) if lay and req.marks else None)
+                pool = None
+                if lay and req.pool is not None and prefix:
+                    res = self.model(input_ids=torch.tensor([prefix], device=self.device),
+                                     logits_to_keep=1, output_hidden_states=True)
+                    pool = _mean_states(res.hidden_states,
+                                        self._pool_positions(req, len(prefix), truncated), lay)
                 out.append(StatedScores(
                     [r.scores[0] for r in rows],
                     np.concatenate([r.answer_states for r in rows]) if rows else None,
-                    pre.answer_states[0] if pre is not None else None, marks))
+                    pre.answer_states[0] if pre is not None else None, marks, pool))
         return out
 
     def _score_ids(self, ids: list[int], truncated: bool,
@@ -477,6 +509,14 @@ class _Cancelled:
         stop = any(e.is_set() for e in self.events)
         return torch.full((input_ids.shape[0],), stop, dtype=torch.bool,
                           device=input_ids.device)
+
+
+def _mean_states(hidden: Any, positions: list[int], layers: tuple[int, ...]) -> Any:
+    """``[n_layers, d]`` float32: the mean state over ``positions`` of batch row 0."""
+    import torch
+
+    at = torch.tensor(positions, device=hidden[0].device)
+    return torch.stack([hidden[i][0, at].float().mean(0) for i in layers]).cpu().numpy()
 
 
 def _states_at_last(hidden: Any, layers: tuple[int, ...]) -> Any:

@@ -64,7 +64,7 @@ def asks_question(hf: HeadsFile | None, spec: PredicateSpec) -> bool:
     if hf is None or spec.name not in hf.heads:
         return True
     h = hf.heads[spec.name]
-    return not (h.readout in ("prefix", "pair_prefix") and h.mode == "head")
+    return not (h.readout in ("prefix", "pair_prefix", "pool") and h.mode == "head")
 
 
 def head_scores(hf: HeadsFile, specs: Sequence[PredicateSpec], asked_at: Mapping[str, int],
@@ -83,6 +83,8 @@ def head_scores(hf: HeadsFile, specs: Sequence[PredicateSpec], asked_at: Mapping
         j = hf.layers.index(h.layer)
         if h.readout == "prefix":
             state = stated.prefix_state[j]
+        elif h.readout == "pool":  # the mean over the data block's tokens
+            state = stated.pool_state[j]
         elif h.readout == "pair_prefix":  # the request block's end inside the pair prompt
             state = stated.mark_states[0, j]
         else:

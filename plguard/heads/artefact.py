@@ -31,9 +31,9 @@ from plguard.calibration import read_json_file
 from plguard.errors import ConfigError
 
 FORMAT = "plguard-heads/1"
-Readout = Literal["question", "prefix", "pair_prefix"]
+Readout = Literal["question", "prefix", "pair_prefix", "pool"]
 Mode = Literal["head", "both"]
-READOUTS: tuple[str, ...] = ("question", "prefix", "pair_prefix")
+READOUTS: tuple[str, ...] = ("question", "prefix", "pair_prefix", "pool")
 MODES: tuple[str, ...] = ("head", "both")
 
 
@@ -83,6 +83,10 @@ class HeadsFile:
     def policy_name(self) -> str:
         """The bundle's name (``policy_id`` is ``name@hash``)."""
         return self.policy_id.split("@")[0]
+
+    def reads(self, readout: str) -> bool:
+        """Whether any head reads ``readout`` (an extraction for them must keep it)."""
+        return any(h.readout == readout for h in self.heads.values())
 
     def readout_of(self, name: str) -> Readout | None:
         """Where a predicate's head reads (None: no head, zero-shot)."""

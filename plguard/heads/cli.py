@@ -36,7 +36,9 @@ def add_heads_commands(subparsers: Any) -> None:
                    help="Readouts to choose from: question (answer position after the "
                    "predicate's question), prefix (end of the data, no question), "
                    "pair_prefix (request predicates: end of the request block inside the "
-                   "pair's prompt, so one forward serves both scopes). Only the readouts "
+                   "pair's prompt, so one forward serves both scopes), pool (the mean over "
+                   "the data block's tokens in the prefix's forward: what the data is about "
+                   "rather than where it ends). Only the readouts "
                    "named are extracted: 'prefix' alone forwards no question (one forward "
                    "per item serves every predicate of its scope).")
     p.add_argument("--scope", choices=("request", "response", "both"), default="both",

@@ -3,10 +3,11 @@
 A head reads the grounding model's hidden state where the zero-shot reading reads its
 logits: at the answer position after a predicate's question (``question`` readout), or
 at the end of the data block with no question at all (``prefix`` readout: one forward
-serves every predicate of a scope). Both come from the same prefix-shared forwards as
-P(True) (``TransformersBackend.true_false_states``), with the grounding prompts and
-token ids the Grounder uses, so a head fitted here reads at inference exactly what it
-was fitted on.
+serves every predicate of a scope), or averaged over the data block's tokens in that same
+forward (``pool`` readout: what the data is about rather than where it ends). All come
+from the same prefix-shared forwards as P(True) (``TransformersBackend.true_false_states``),
+with the grounding prompts and token ids the Grounder uses, so a head fitted here reads
+at inference exactly what it was fitted on.
 
 The store is one SQLite file (WAL, one committed transaction per batch): a stopped
 extraction loses at most the batch in flight and a rerun skips what is stored.
@@ -31,6 +32,7 @@ from plguard.types import PredicateSpec, Scope
 
 PREFIX = "\x00prefix"  # the question slot of a prefix-end (no question) state
 PAIR_PREFIX = "\x00pair_prefix"  # a request's state at its block's end in the pair prompt
+POOL = "\x00pool"  # the mean state over the data block's tokens (the prefix forward's)
 LAYER_FRACTIONS = (0.33, 0.5, 0.67, 0.83, 1.0)
 ITEMS_PER_BATCH = 8
 
@@ -159,7 +161,7 @@ class Extractor:
 
     def __init__(self, backend: Any, specs: Sequence[PredicateSpec], cfg: GroundingConfig,
                  store: FeatureStore, layers: Sequence[int], *, questions: bool = True,
-                 pairs: bool = True) -> None:
+                 pairs: bool = True, pool: bool = False) -> None:
         from plguard.grounding import Grounder
 
         if not hasattr(backend, "true_false_states"):
@@ -175,6 +177,7 @@ class Extractor:
         self.model_key = model_key(backend)
         self.with_questions = questions
         self.with_pairs = pairs
+        self.with_pool = pool
 
     def questions(self, scope: Scope) -> list[str]:
         """The question blocks asked of a scope, in spec order."""
@@ -201,9 +204,31 @@ class Extractor:
         """The key of a request item's ``pair_prefix`` state."""
         return self._key(PAIR_PREFIX, item)
 
+    def pool_key(self, item: CorpusItem) -> str:
+        """The key of an item's ``pool`` state (stored with its prefix forward)."""
+        return self._key(POOL, item)
+
+    def state_key(self, item: CorpusItem, readout: str) -> str:
+        """The key of an item's question-free state for ``readout``.
+
+        ``prefix``, ``pool`` (both from the item's own prompt) or ``pair_prefix``.
+        """
+        if readout == "prefix":
+            return self._key(PREFIX, item)
+        if readout == "pool":
+            return self.pool_key(item)
+        if readout == "pair_prefix":
+            return self.pair_key(item)
+        raise ValueError(f"readout {readout!r} has no question-free state")
+
+    def _wanted(self, item: CorpusItem) -> list[str]:
+        return self.keys(item) + ([self.pool_key(item)] if self.with_pool else [])
+
     def run(self, items: Sequence[CorpusItem], progress: bool = True) -> int:
         """Extract what is not stored yet; returns how many items were forwarded."""
-        todo = [it for it in items if len(self.store.has(self.keys(it))) < len(self.keys(it))]
+        # A store filled before pool states existed re-forwards its items once for them.
+        todo = [it for it in items
+                if len(self.store.has(want := self._wanted(it))) < len(want)]
         with _bar(len(todo), "features", progress) as bar:
             for chunk in _chunks(todo, ITEMS_PER_BATCH):
                 reqs = [self._prompt(it) for it in chunk]
@@ -212,6 +237,8 @@ class Extractor:
                 for it, out in zip(chunk, outs, strict=True):
                     keys = self.keys(it)
                     rows[keys[0]] = Feature(out.prefix_state, 0.0, 0.0)
+                    if self.with_pool:
+                        rows[self.pool_key(it)] = Feature(out.pool_state, 0.0, 0.0)
                     if len(keys) == 1:  # prefix only: no answer state was asked for
                         continue
                     for k, s, st in zip(keys[1:], out.scores, out.answer_states, strict=True):
@@ -253,5 +280,5 @@ def _chunks(xs: Sequence[Any], n: int) -> Iterator[Sequence[Any]]:
         yield xs[i:i + n]
 
 
-__all__ = ["LAYER_FRACTIONS", "PREFIX", "Extractor", "Feature", "FeatureStore",
+__all__ = ["LAYER_FRACTIONS", "POOL", "PREFIX", "Extractor", "Feature", "FeatureStore",
            "default_layers", "default_store_path", "feature_key", "model_key", "unique_specs"]

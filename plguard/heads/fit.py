@@ -156,6 +156,8 @@ def fit_policy_heads(policy: Any, extractor: Extractor, items: Sequence[CorpusIt
                              "readouts only; ask for one of them")
     if not extractor.with_pairs and "pair_prefix" in readouts:
         raise ValueError("pair_prefix needs the pair reads, which this extraction skips")
+    if not extractor.with_pool and "pool" in readouts:
+        raise ValueError("pool needs the pool states, which this extraction skips")
     labels = labels_for(policy, items)
     out = []
     for spec in policy.predicates:
@@ -200,9 +202,14 @@ def _fit_one(spec: PredicateSpec, ex: Extractor, items: Sequence[CorpusItem],
     if not readouts:
         raise ValueError(f"no readout left for {spec.name} ({spec.scope} scope)")
     # Each row: prefix state, question state (the prefix again when none is asked), then
-    # (request scope) the pair read.
+    # the pair read (request scope) and the pool state, where asked for.
     keys = [[(k := ex.keys(it))[0], k[qpos] if asked else k[0]]
-            + ([ex.pair_key(it)] if "pair_prefix" in readouts else []) for it in sub]
+            + ([ex.pair_key(it)] if "pair_prefix" in readouts else [])
+            + ([ex.pool_key(it)] if "pool" in readouts else []) for it in sub]
+    slots = {"prefix": 0, "question": 1}
+    for r in ("pair_prefix", "pool"):
+        if r in readouts:
+            slots[r] = len(slots)
     feats = ex.store.get([k for row in keys for k in row])
     missing = sum(1 for row in keys if any(k not in feats for k in row))
     if missing:
@@ -219,8 +226,7 @@ def _fit_one(spec: PredicateSpec, ex: Extractor, items: Sequence[CorpusItem],
 
     def X_of(readout: str, layer: int) -> np.ndarray:
         j = layers.index(layer)
-        slot = {"prefix": 0, "question": 1, "pair_prefix": 2}[readout]
-        return np.stack([feats[row[slot]].states[j] for row in keys])
+        return np.stack([feats[row[slots[readout]]].states[j] for row in keys])
 
     quick: dict[tuple[str, int], float] = {}
     for r in readouts:

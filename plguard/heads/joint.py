@@ -5,10 +5,11 @@ is known, and a bundle's gold rules leave the overlaps of hazards unknown (a vio
 prompt may also seek a weapon), so no head ever learns to tell its category from its
 neighbours: each scores the others' prompts high, and the right category comes first for
 too few hazardous prompts. Fitted jointly, the request predicates of the category rules
-(``categories.yaml``) share one multinomial logistic regression on the prefix state, with
-one class per category and a ``none`` class for requests known to seek none: every
-labelled hazardous request is one of its category's class (an item with several positives
-counts once in each, weighted 1/k), so the classes compete.
+(``categories.yaml``) share one multinomial logistic regression on the request prompt's
+prefix or pool state (chosen with the layer), with one class per category and a ``none``
+class for requests known to seek none: every labelled hazardous request is one of its
+category's class (an item with several positives counts once in each, weighted 1/k), so
+the classes compete.
 
 Each category's head is stored in the ordinary heads format: its logit against ``none``,
 ``z_k = (W_k - W_none) . h + (c_k - c_none)``, so a request that seeks nothing scores low
@@ -183,14 +184,22 @@ class JointModel:
 
 
 def fit_joint_heads(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
-                    labels: Mapping[str, np.ndarray], names: Sequence[str]
+                    labels: Mapping[str, np.ndarray], names: Sequence[str],
+                    readouts: Sequence[str] = ("prefix",)
                     ) -> tuple[list[PredicateFit], dict[str, Any]]:
-    """Joint prefix heads for the request predicates ``names`` (see the module docstring).
+    """Joint heads for the request predicates ``names`` (see the module docstring).
 
-    Returns a fit per name (a predicate with fewer than :data:`MIN_CLASS` positives is
-    not a class and keeps its zero-shot reading) and the joint fit's summary for the
-    report: chosen layer and strength, cross-validated log-loss and top-1 per candidate.
+    ``readouts``: the request prompt's states tried (``prefix``, ``pool``); the readout
+    and layer are chosen together. Returns a fit per name (a predicate with fewer than
+    :data:`MIN_CLASS` positives is not a class and keeps its zero-shot reading) and the
+    joint fit's summary for the report: chosen readout, layer and strength,
+    cross-validated log-loss and top-1 per candidate.
     """
+    readouts = [r for r in readouts if r in ("prefix", "pool")]
+    if not readouts:
+        raise ValueError("joint heads read the prefix or pool state; ask for one of them")
+    if "pool" in readouts and not ex.with_pool:
+        raise ValueError("pool needs the pool states, which this extraction skips")
     idx = [i for i, it in enumerate(items) if it.response is None]
     sub = [items[i] for i in idx]
     Y_all = np.stack([labels[n][idx] for n in names], axis=1)
@@ -206,47 +215,51 @@ def fit_joint_heads(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
         return [fits[n] for n in names], {"classes": []}
     Y = Y_all[:, keep]
     rows, cls, wts = _classes(Y)
-    keys = [ex.keys(it)[0] for it in sub]
-    feats = ex.store.get(keys)
-    missing = sum(1 for k in keys if k not in feats)
+    keys = {r: [ex.keys(it)[0] if r == "prefix" else ex.pool_key(it) for it in sub]
+            for r in readouts}
+    feats = ex.store.get([k for ks in keys.values() for k in ks])
+    missing = sum(1 for ks in keys.values() for k in ks if k not in feats)
     if missing:
-        raise ValueError(f"{missing} items lack stored features; run the extraction first")
+        raise ValueError(f"{missing} states lack stored features; run the extraction first")
     cands: dict[str, dict[str, float]] = {}
-    tried: dict[tuple[int, float], float] = {}
-    oofs: dict[tuple[int, float], np.ndarray] = {}  # kept: the winner's feed its Platt map
+    tried: dict[tuple[str, int, float], float] = {}
+    oofs: dict[tuple[str, int, float], np.ndarray] = {}  # the winner's feed its Platt map
 
-    def X_at(layer: int) -> np.ndarray:
+    def X_at(readout: str, layer: int) -> np.ndarray:
         j = ex.layers.index(layer)
-        return np.stack([feats[k].states[j] for k in keys]).astype(np.float64)
+        return np.stack([feats[k].states[j] for k in keys[readout]]).astype(np.float64)
 
-    def score(layer: int, C: float, X: np.ndarray) -> float:
-        z = oofs[layer, C] = _oof_logits(X, rows, cls, wts, C, len(sub))
-        tried[layer, C] = ll = _log_loss(z, rows, cls, wts)
-        cands[f"prefix@{layer} C={C}"] = {"log_loss": round(ll, 4),
-                                          "top1": round(top1(z, rows, cls), 4)}
+    def score(at: tuple[str, int], C: float, X: np.ndarray) -> float:
+        z = oofs[(*at, C)] = _oof_logits(X, rows, cls, wts, C, len(sub))
+        tried[(*at, C)] = ll = _log_loss(z, rows, cls, wts)
+        cands[f"{at[0]}@{at[1]} C={C}"] = {"log_loss": round(ll, 4),
+                                           "top1": round(top1(z, rows, cls), 4)}
         return ll
 
-    # The layer at a middle strength, then the strength at that layer: a full grid
+    # Readout and layer at a middle strength, then the strength there: a full grid
     # costs five times the fits for the same choice on the embedded model's dev data.
     mid = CS_JOINT[len(CS_JOINT) // 2]
-    layer = min(ex.layers, key=lambda la: score(la, mid, X_at(la)))
-    X = X_at(layer)
-    C = min(CS_JOINT, key=lambda c: tried[layer, c] if (layer, c) in tried
-            else score(layer, c, X))
-    jm = JointModel(X, Y, C, oofs[layer, C])
+    at = min(((r, la) for r in readouts for la in ex.layers),
+             key=lambda a: score(a, mid, X_at(*a)))
+    readout, layer = at
+    X = X_at(readout, layer)
+    C = min(CS_JOINT, key=lambda c: tried[(*at, c)] if (*at, c) in tried
+            else score(at, c, X))
+    jm = JointModel(X, Y, C, oofs[(*at, C)])
     platt = {"a": float(jm.platt.coef_[0][0]), "b": float(jm.platt.intercept_[0])}
     for j, name in enumerate(classes):
         (n_p, n_n), cv = jm.counts[j], jm.cv_auroc[j]
         f = PredicateFit(name, "request", n_p, n_n, math.nan, cv_auroc=cv,
-                         readout="prefix", layer=layer, mode="head", C=C)
-        f.head = {"readout": "prefix", "layer": layer, "mode": "head",
+                         readout=readout, layer=layer, mode="head", C=C)
+        f.head = {"readout": readout, "layer": layer, "mode": "head",
                   "weights": encode_vector(jm.weights[j]), "bias": float(jm.bias[j]),
                   "platt": platt,
                   "info": {"cv_auroc": round(cv, 4), "C": C, "n_pos": n_p, "n_neg": n_n,
                            "zero_shot_auroc": None, "joint": classes}}
         fits[name] = f
-    summary = {"classes": classes, "layer": layer, "C": C, "rows": len(rows),
-               "cv_log_loss": round(tried[layer, C], 4),
+    summary = {"classes": classes, "readout": readout, "layer": layer, "C": C,
+               "rows": len(rows),
+               "cv_log_loss": round(tried[(*at, C)], 4),
                "cv_top1": round(top1(jm.oof, jm.rows, jm.cls), 4), "candidates": cands}
     return [fits[n] for n in names], summary
 

@@ -73,7 +73,7 @@ def fit_heads(config: GuardConfig, out: str | Path, options: FitOptions | None =
     # Only the readouts asked for are extracted: prefix heads need no question forwarded.
     ex = Extractor(gb, policy.predicates, config.grounding, store, default_layers(gb.n_layers),
                    questions="question" in opts.readouts,
-                   pairs="pair_prefix" in opts.readouts)
+                   pairs="pair_prefix" in opts.readouts, pool="pool" in opts.readouts)
     t1 = time.perf_counter()
     forwarded = ex.run(items, progress=opts.progress)
     t2 = time.perf_counter()
@@ -81,7 +81,9 @@ def fit_heads(config: GuardConfig, out: str | Path, options: FitOptions | None =
                             cost_margin=opts.cost_margin, scopes=opts.scopes, skip=joint)
     summary: dict[str, Any] | None = None
     if joint:
-        jfits, summary = fit_joint_heads(policy, ex, items, labels_for(policy, items), joint)
+        jfits, summary = fit_joint_heads(policy, ex, items, labels_for(policy, items), joint,
+                                         readouts=[r for r in opts.readouts
+                                                   if r in ("prefix", "pool")])
         by_name = {f.name: f for f in jfits}
         fits = [by_name.get(f.name, f) for f in fits]
     t3 = time.perf_counter()
@@ -115,9 +117,9 @@ def _joint_names(policy: Any, opts: FitOptions) -> list[str]:
     """The predicates fitted jointly: the category rules' request predicates, if asked."""
     if not opts.joint_categories:
         return []
-    if "request" not in opts.scopes or "prefix" not in opts.readouts:
-        raise ConfigError("joint category heads read the prefix state of request "
-                          "predicates: fit the request scope with the prefix readout")
+    if "request" not in opts.scopes or not {"prefix", "pool"} & set(opts.readouts):
+        raise ConfigError("joint category heads read the request prompt's prefix or pool "
+                          "state: fit the request scope with the prefix or pool readout")
     names = list(category_predicates(policy))
     if not names:
         raise ConfigError(f"policy {policy.id} tags no unsafe rule with a hazard category "
@@ -150,10 +152,10 @@ def format_report(policy: str, model: str, fits: Sequence[PredicateFit],
     if j and j["classes"]:
         lines[6:6] = [f"Category predicates fitted jointly (one multinomial over "
                       f"{len(j['classes'])} categories and none, plguard.heads.joint): "
-                      f"prefix@{j['layer']}, C {j['C']}; cross-validated log-loss "
-                      f"{j['cv_log_loss']}, own category first for {j['cv_top1']:.1%} of "
-                      "the single-category hazardous requests (their AUROC below is "
-                      "against the predicate's known labels).", ""]
+                      f"{j.get('readout', 'prefix')}@{j['layer']}, C {j['C']}; "
+                      f"cross-validated log-loss {j['cv_log_loss']}, own category first "
+                      f"for {j['cv_top1']:.1%} of the single-category hazardous requests "
+                      "(their AUROC below is against the predicate's known labels).", ""]
     for f in fits:
         lodo = "; ".join(f"{s}: AUROC {_f(v['auroc'])}, TPR {_f(v['tpr_at_5fpr'])}"
                          for s, v in f.lodo.items())

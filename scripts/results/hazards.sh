@@ -9,7 +9,7 @@
 #   (the 1.5B run on 2 cores: a seeded 200 dev items per source; zero-shot on 3 and heads
 #   on 30 test prompts per group)
 #
-# Stages, in order: features (dev requests, prefix states only), fit (prefix heads for
+# Stages, in order: features (dev requests, prefix and pool states only), fit (heads for
 # hazards: the categories' request predicates jointly; the fit forwards the answers it
 # needs for response heads), thresholds (the moderation threshold on dev requests scored by
 # cross-fitted heads), report (heads on every test prompt, flagged at that threshold;
@@ -31,6 +31,9 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 # and response predicates on the embedded model (its answers' prefix states are cheap),
 # request ones only on a larger model (SCOPE=both to fit its response heads too).
 JOINT=${JOINT---joint-categories}
+# Question-free readouts only (one forward per item): the prefix state and the data block's
+# mean (pool); the fit chooses per predicate (the joint fit, for all categories at once).
+READOUTS=${READOUTS:-prefix,pool}
 if [ "$MODEL" = embedded ]; then SCOPE=${SCOPE:-both}; else SCOPE=${SCOPE:-request}; fi
 mkdir -p "$R"
 
@@ -40,7 +43,7 @@ features)
     --sources $SOURCES ${LIMIT:+--dev-limit $LIMIT} ;;
 fit)
   python3 -m plguard heads fit --model "$MODEL" --policy hazards --sources $SOURCES \
-    --readouts prefix --scope "$SCOPE" $JOINT --quiet ${LIMIT:+--limit-per-source $LIMIT} \
+    --readouts "$READOUTS" --scope "$SCOPE" $JOINT --quiet ${LIMIT:+--limit-per-source $LIMIT} \
     --out "$R/heads-hazards.json" ;;
 thresholds)
   python3 -m plguard eval quality fit-heads --model "$MODEL" --policy hazards \

@@ -16,6 +16,7 @@ class FakeExtractor:
 
     layers = (1,)
     with_questions = with_pairs = True
+    with_pool = False  # a test with pool states sets it
 
     def __init__(self, feats):
         self.store = FakeStore(feats)
@@ -29,3 +30,10 @@ class FakeExtractor:
 
     def pair_key(self, it):
         return f"{it.uid}/pair"
+
+    def pool_key(self, it):
+        return f"{it.uid}/pool"
+
+    def state_key(self, it, readout):
+        return {"prefix": self.keys(it)[0], "pool": self.pool_key(it),
+                "pair_prefix": self.pair_key(it)}[readout]

@@ -70,9 +70,11 @@ def _write(tmp_path, doc, name="heads.json"):
     return p
 
 
-def test_grounder_applies_heads_as_a_manual_dot_product(embedded_backend, minimal, tmp_path):
-    cfg = GroundingConfig(heads=None)
-    readouts = ["prefix", "question", None, "question"]  # one predicate stays zero-shot
+@pytest.mark.parametrize("readouts", [["prefix", "question", None, "question"],
+                                      ["pool", "question", None, "pool"]])
+def test_grounder_applies_heads_as_a_manual_dot_product(embedded_backend, minimal, tmp_path,
+                                                        readouts):
+    cfg = GroundingConfig(heads=None)  # one predicate stays zero-shot
     path = _write(tmp_path, _heads_doc(embedded_backend, minimal, cfg, readouts=readouts))
     hf = load_heads(path)
     g = Grounder(embedded_backend, minimal.predicates, cfg.model_copy(update={"heads": str(path)}),
@@ -96,13 +98,14 @@ def test_grounder_applies_heads_as_a_manual_dot_product(embedded_backend, minima
                 assert got[spec.name].source == "zeroshot"
                 assert got[spec.name].p_head is None
             else:
-                state = out.prefix_state[0] if h.readout == "prefix" else out.answer_states[k, 0]
+                state = {"prefix": out.prefix_state[0], "pool": out.pool_state[0],
+                         "question": out.answer_states[k, 0]}[h.readout]
                 z = float(np.dot(h.weights, state.astype(np.float64))) + h.bias
                 assert got[spec.name].p_true == pytest.approx(1 / (1 + math.exp(-z)), abs=2e-3)
                 assert got[spec.name].source == "head"
             k += n_var
-    assert got["request_is_harmful"].p_zeroshot is None  # prefix head: question not asked
-    assert got["response_refuses"].p_zeroshot is not None
+    assert got["request_is_harmful"].p_zeroshot is None  # question-free head: not asked
+    assert (got["response_refuses"].p_zeroshot is None) == (readouts[3] != "question")
     assert names == [s.name for s in g.ground([pair])[0].scores]
 
 

@@ -90,7 +90,7 @@ def test_joint_heads_rank_the_own_category_first_and_benign_requests_low(hazards
     assert all(by[n].cv_auroc > 0.9 and by[n].head["platt"]["a"] > 0 for n in heads)
 
 
-def test_fit_options_refuse_joint_heads_without_the_prefix_readout():
+def test_fit_options_refuse_joint_heads_without_a_request_prompt_readout():
     from plguard.config import GuardConfig
     from plguard.errors import ConfigError
     from plguard.heads.train import FitOptions, fit_heads
@@ -98,7 +98,7 @@ def test_fit_options_refuse_joint_heads_without_the_prefix_readout():
     class NoForward:  # the check comes before any model work
         true_false_states = None
 
-    with pytest.raises(ConfigError, match="prefix readout"):
+    with pytest.raises(ConfigError, match="prefix or pool readout"):
         fit_heads(GuardConfig.from_dict({"policy": "hazards"}), "unused.json",
                   FitOptions(readouts=("question",), joint_categories=True),
                   backend=NoForward())
@@ -142,3 +142,29 @@ def test_joint_heads_thresholds_are_the_moderation_ones():
         fit_heads_thresholds(cfg, path, "unused.json", target="pairs", backend=object())
     with pytest.raises(ConfigError, match="use moderation or pairs"):
         fit_heads_thresholds(cfg, path, "unused.json", target="guard", backend=object())
+
+
+def test_joint_fit_chooses_the_readout_that_carries_the_categories(hazards):
+    from plguard.heads.fit import labels_for
+    from plguard.heads.joint import category_predicates, fit_joint_heads
+
+    items, feats = _synthetic()
+    # The categories move to the pool state; the prefix state becomes noise.
+    rng = np.random.default_rng(1)
+    for it in items:
+        feats[f"{it.uid}/pool"] = feats[f"{it.uid}/prefix"]
+        feats[f"{it.uid}/prefix"] = Feature(rng.normal(0, 1, (1, 6)).astype(np.float32),
+                                            0.0, 0.0)
+    ex = FakeExtractor(feats)
+    ex.with_pool = True
+    names, labels = list(category_predicates(hazards)), labels_for(hazards, items)
+    fits, summary = fit_joint_heads(hazards, ex, items, labels, names,
+                                    readouts=("prefix", "pool"))
+    assert summary["readout"] == "pool" and summary["cv_top1"] >= 0.9
+    assert {f.head["readout"] for f in fits if f.head is not None} == {"pool"}
+    assert {k.split("@")[0] for k in summary["candidates"]} == {"prefix", "pool"}
+    _, noise = fit_joint_heads(hazards, ex, items, labels, names, readouts=("prefix",))
+    assert noise["readout"] == "prefix" and noise["cv_top1"] < 0.6
+    ex.with_pool = False
+    with pytest.raises(ValueError, match="pool states"):
+        fit_joint_heads(hazards, ex, items, labels, names, readouts=("pool",))

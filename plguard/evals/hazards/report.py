@@ -38,6 +38,8 @@ from plguard.heads.corpus import CorpusItem
 from plguard.heads.features import Extractor
 from plguard.types import renormalise
 
+REQUEST_READOUTS = ("prefix", "pool")  # the request prompt's question-free states
+
 
 def request_matrix(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
                    heads: HeadsFile | None) -> np.ndarray:
@@ -51,9 +53,9 @@ def request_matrix(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
     cols = []
     for spec in specs:
         head = heads.heads.get(spec.name) if heads is not None else None
-        if head is not None and head.readout != "prefix":
+        if head is not None and head.readout not in REQUEST_READOUTS:
             raise ValueError(f"{spec.name}'s head reads {head.readout}; the hazards study "
-                             "reads request prompts (prefix heads)")
+                             "reads request prompts (prefix or pool heads)")
         if head is None and spec.name not in needed:
             cols.append([float(policy.priors.get(spec.name, 0.5))] * len(items))
             continue
@@ -62,7 +64,7 @@ def request_matrix(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
             qpos = 1 + ex.questions("request").index(block)
             keys = [ex.keys(it)[qpos] for it in items]
         else:
-            keys = [ex.keys(it)[0] for it in items]
+            keys = [ex.state_key(it, head.readout) for it in items]
         feats = ex.store.get(keys)
         if len(feats) < len(set(keys)):
             raise ValueError(f"{len(set(keys)) - len(feats)} items lack stored features")
@@ -108,7 +110,8 @@ def hazards_report(backend: Any, runs: Mapping[str, HeadsFile | None], cfg: Any,
                     and s.name in needed]
         ex = Extractor(backend, unheaded or req_specs, cfg, store,
                        hf.layers if hf is not None else layers,
-                       questions=bool(unheaded), pairs=False)
+                       questions=bool(unheaded), pairs=False,
+                       pool=hf is not None and hf.reads("pool"))
         ex.run(items, progress=progress)
         t1 = time.perf_counter()
         probs = request_matrix(policy, ex, items, hf)

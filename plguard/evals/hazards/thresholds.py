@@ -54,7 +54,7 @@ def crossfit_requests(policy: Any, ex: Extractor, corpus: Sequence[CorpusItem],
 
     A predicate without a head keeps its zero-shot P(True) (no fitting involved).
     """
-    from plguard.evals.hazards.report import request_matrix
+    from plguard.evals.hazards.report import REQUEST_READOUTS, request_matrix
     from plguard.heads.fit import fold_head, labels_for
 
     specs = [s for s in policy.predicates if s.scope == "request"]
@@ -63,30 +63,33 @@ def crossfit_requests(policy: Any, ex: Extractor, corpus: Sequence[CorpusItem],
     labels = labels_for(policy, requests)
     fold_tr = np.array([text_fold(it.request, folds) for it in requests])
     fold_ev = np.array([text_fold(it.request, folds) for it in items])
-    states = _states(ex, [*requests, *items])
-    designs: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # layer -> (X_tr, X_ev)
-
-    def design(layer: int) -> tuple[np.ndarray, np.ndarray]:
-        j = hf.layers.index(layer)
-        if j not in designs:
-            designs[j] = (np.stack([states[ex.keys(it)[0]][j] for it in requests]),
-                          np.stack([states[ex.keys(it)[0]][j] for it in items]))
-        return designs[j]
-
     names = [s.name for s in specs]
     joint: list[str] = []
     for spec in specs:
         head = hf.heads.get(spec.name)
-        if head is not None and (head.mode != "head" or head.readout != "prefix"):
-            raise ValueError(f"{spec.name}: request thresholds read prefix heads of mode "
-                             f"'head', not {head.readout}/{head.mode}")
+        if head is not None and (head.mode != "head" or head.readout not in REQUEST_READOUTS):
+            raise ValueError(f"{spec.name}: request thresholds read prefix or pool heads of "
+                             f"mode 'head', not {head.readout}/{head.mode}")
         if head is not None and head.info.get("joint"):
             joint = list(head.info["joint"])
+    reads = sorted({h.readout for h in hf.heads.values() if h.readout in REQUEST_READOUTS})
+    states = _states(ex, [*requests, *items], reads)
+    designs: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
+
+    def design(readout: str, layer: int) -> tuple[np.ndarray, np.ndarray]:
+        """(X_tr, X_ev) of one readout and layer."""
+        j = hf.layers.index(layer)
+        if (readout, j) not in designs:
+            designs[readout, j] = tuple(  # type: ignore[assignment]
+                np.stack([states[ex.state_key(it, readout)][j] for it in part])
+                for part in (requests, items))
+        return designs[readout, j]
+
     if joint:  # the joint heads are refitted together, by their own recipe
         from plguard.heads.joint import JointModel
 
         head = hf.heads[joint[0]]
-        X_tr, X_ev = design(head.layer)
+        X_tr, X_ev = design(head.readout, head.layer)
         Y = np.column_stack([labels[n] for n in joint])
         cols = [names.index(n) for n in joint]
         for k in range(folds):
@@ -98,7 +101,7 @@ def crossfit_requests(policy: Any, ex: Extractor, corpus: Sequence[CorpusItem],
         head = hf.heads.get(spec.name)
         if head is None or spec.name in joint:
             continue
-        X_tr, X_ev = design(head.layer)
+        X_tr, X_ev = design(head.readout, head.layer)
         y = labels[spec.name]
         known = ~np.isnan(y)
         C = float(head.info.get("C", 0.05))
@@ -113,8 +116,9 @@ def crossfit_requests(policy: Any, ex: Extractor, corpus: Sequence[CorpusItem],
     return out
 
 
-def _states(ex: Extractor, items: Sequence[CorpusItem]) -> dict[str, np.ndarray]:
-    keys = list({ex.keys(it)[0] for it in items})
+def _states(ex: Extractor, items: Sequence[CorpusItem], readouts: Sequence[str]
+            ) -> dict[str, np.ndarray]:
+    keys = list({ex.state_key(it, r) for it in items for r in readouts})
     feats = ex.store.get(keys)
     if len(feats) < len(keys):
         raise ValueError(f"{len(keys) - len(feats)} requests lack stored features; run the "
@@ -219,14 +223,15 @@ def fit_request_thresholds(backend: Any, config: Any, hf: HeadsFile, out: Path, 
     needed = unsafe_inputs(policy)
     unheaded = [s for s in specs if s.name not in hf.heads and s.name in needed]
     store = FeatureStore(default_store_path(backend))
+    pool = hf.reads("pool")
     ex = Extractor(backend, unheaded or specs, config.grounding, store, hf.layers,
-                   questions=bool(unheaded), pairs=False)
+                   questions=bool(unheaded), pairs=False, pool=pool)
     try:
-        # Heads train on prefix states alone (one forward per request; the same keys as
-        # ex's first); questions are read only where a study item needs a zero-shot P.
+        # Heads train on question-free states alone (one forward per request; the same
+        # keys as ex's); questions are read only where a study item needs a zero-shot P.
         Extractor(backend, specs, config.grounding, store, hf.layers, questions=False,
-                  pairs=False).run([it for it in corpus if it.response is None],
-                                   progress=progress)
+                  pairs=False, pool=pool).run([it for it in corpus if it.response is None],
+                                              progress=progress)
         ex.run(items, progress=progress)
         doc = request_threshold_document(policy, ex, corpus, items, hf,
                                          backend_identity(backend), max_fp, folds)

@@ -55,8 +55,9 @@ def predicate_matrix(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
         block = ex.grounder.question_block(spec, spec.question)
         qpos = 1 + ex.questions(spec.scope).index(block)
         src = [prompts[p.prompt_id] if spec.scope == "request" else p for p in pairs]
-        keys = [[(k := ex.keys(it))[0], k[qpos]]
-                + ([ex.pair_key(it)] if spec.scope == "request" else []) for it in src]
+        keys = [[(k := ex.keys(it))[0], k[qpos], ex.pair_key(it)
+                 if spec.scope == "request" else k[0]]
+                + ([ex.pool_key(it)] if ex.with_pool else []) for it in src]
         feats = ex.store.get([k for row in keys for k in row])
         head = heads.heads.get(spec.name) if heads is not None else None
         col = []
@@ -66,7 +67,7 @@ def predicate_matrix(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
                 col.append(renormalise(q.logprob_true, q.logprob_false))
                 continue
             j = heads.layers.index(head.layer) if heads is not None else 0
-            slot = {"prefix": 0, "question": 1, "pair_prefix": 2}[head.readout]
+            slot = {"prefix": 0, "question": 1, "pair_prefix": 2, "pool": 3}[head.readout]
             state = feats[row[slot]].states[j]
             col.append(head.score(state.astype(np.float64), q.logprob_true - q.logprob_false))
         cols.append(col)
@@ -95,7 +96,8 @@ def heads_report(backend: Any, runs: Mapping[str, tuple[str, HeadsFile | None]],
     pols = {name: load_policy(name) for name, _ in runs.values()}
     specs = [s for p in pols.values() for s in p.predicates]
     store = FeatureStore(default_store_path(backend))
-    ex = Extractor(backend, specs, cfg, store, default_layers(backend.n_layers))
+    ex = Extractor(backend, specs, cfg, store, default_layers(backend.n_layers),
+                   pool=any(hf is not None and hf.reads("pool") for _, hf in runs.values()))
     ex.run(items)
     rows = []
     for det, (pname, hf) in runs.items():

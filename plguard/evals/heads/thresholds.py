@@ -42,11 +42,16 @@ def prompt_folds(pairs: Sequence[CorpusItem], folds: int = FOLDS, seed: int = SE
 
 
 def _rows(spec: Any, ex: Extractor, items: Sequence[CorpusItem]) -> list[list[str]]:
-    """Feature keys per item: prefix, main question, then (request scope) the pair read."""
+    """Feature keys per item: prefix, main question, pair read, pool (where kept).
+
+    The pair read exists for request-scope predicates only; a pair's row repeats its
+    prefix in that slot so every readout has one fixed slot.
+    """
     block = ex.grounder.question_block(spec, spec.question)
     qpos = 1 + ex.questions(spec.scope).index(block)
-    return [[(k := ex.keys(it))[0], k[qpos]]
-            + ([ex.pair_key(it)] if spec.scope == "request" else []) for it in items]
+    return [[(k := ex.keys(it))[0], k[qpos], ex.pair_key(it)
+             if spec.scope == "request" else k[0]]
+            + ([ex.pool_key(it)] if ex.with_pool else []) for it in items]
 
 
 def _design(head: Head, hf: HeadsFile, ex: Extractor, rows: Sequence[Sequence[str]]
@@ -57,7 +62,7 @@ def _design(head: Head, hf: HeadsFile, ex: Extractor, rows: Sequence[Sequence[st
     if missing:
         raise ValueError(f"{missing} items lack stored features; run the extraction first")
     j = hf.layers.index(head.layer)
-    slot = {"prefix": 0, "question": 1, "pair_prefix": 2}[head.readout]
+    slot = {"prefix": 0, "question": 1, "pair_prefix": 2, "pool": 3}[head.readout]
     X = np.stack([feats[r[slot]].states[j] for r in rows]).astype(np.float64)
     logit = np.array([feats[r[1]].logprob_true - feats[r[1]].logprob_false for r in rows])
     if head.mode == "both":
@@ -199,7 +204,7 @@ def fit_heads_thresholds(config: Any, heads: str | Path, out: str | Path, *,
     items = load_corpus(tuple(sources), "dev", hf.training.get("limit_per_source"))
     ex = Extractor(gb, policy.predicates, config.grounding,
                    FeatureStore(default_store_path(gb)), hf.layers or
-                   default_layers(gb.n_layers))
+                   default_layers(gb.n_layers), pool=hf.reads("pool"))
     ex.run(items, progress=progress)
     doc = threshold_document(policy, ex, items, hf, backend_identity(gb), rewrite, folds)
     path = Path(out)
