@@ -330,10 +330,10 @@ class Grounder:
             prefix = prefix.replace("\x01RESP\x01", view.response, 1)
         qs = self._questions(scope) if questions is None else questions
         suffixes = tuple(suffix_t.replace(_SENTINEL, q, 1) for q in qs)
-        # The data (request, then response) is the span a ``pool`` head averages over.
+        # The data (request, then response) is the span a ``pool`` head averages over;
+        # an empty one reads the prefix's last token, in training and inference alike.
         return TFRequest(prefix=prefix, suffixes=suffixes, answers=self.answers,
-                         batch_size=self.cfg.batch_size,
-                         pool=(start, end) if end > start else None)
+                         batch_size=self.cfg.batch_size, pool=(start, end))
 
     def prompts(self, request: str, response: str | None) -> TFRequest:
         """The grounding prompt(s) of the first view (request-scope when no response)."""

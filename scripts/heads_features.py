@@ -40,7 +40,7 @@ def main() -> None:
     specs = [s for p in a.policies.split(",") for s in load_policy(p).predicates]
     store = FeatureStore(default_store_path(backend))
     ex = Extractor(backend, specs, cfg.grounding, store, default_layers(backend.n_layers),
-                   questions=not a.prefix_only, pairs=not a.prefix_only, pool=a.prefix_only)
+                   questions=not a.prefix_only, pairs=not a.prefix_only, pool=True)
     if not a.no_dev:
         dev = load_corpus(*([tuple(a.sources.split(","))] if a.sources else []),
                           limit_per_source=a.dev_limit)

@@ -378,11 +378,11 @@ class TransformersBackend(TokenizerText):
         The span's ends are token counts of the prefix cut there (a token the whole prefix
         merges across an end is counted with the side it starts on). In a prefix cut to
         fit (head and tail kept, :meth:`request_ids`), the dropped middle's tokens are not
-        in the mean; a span dropped whole reads the last kept token.
+        in the mean; an empty span, or one dropped whole, reads the last kept token.
         """
         assert req.pool is not None
         a, b = req.pool
-        if not 0 <= a < b <= len(req.prefix):
+        if not 0 <= a <= b <= len(req.prefix):
             raise BackendError(f"pool span {req.pool} outside the prompt prefix "
                                f"(0..{len(req.prefix)})")
         lo, hi = len(self.encode(req.prefix[:a])), len(self.encode(req.prefix[:b]))

@@ -141,19 +141,20 @@ def fit_policy_heads(policy: Any, extractor: Extractor, items: Sequence[CorpusIt
     """Fit a head for each predicate of ``policy`` on stored features of ``items``.
 
     Readout and layer go by cross-validated AUROC, except that one riding on the pair's
-    single forward (``pair_prefix`` for request predicates, ``prefix`` for response ones)
+    single forward (``pair_prefix`` for request predicates, ``prefix`` or ``pool`` for
+    response ones)
     is kept when within ``cost_margin`` of the best: a question costs its tokens on every
     request, a difference that small is within the folds' noise. Predicates outside
     ``scopes`` keep their zero-shot reading; those in ``skip`` are left to the caller
     (plguard.heads.joint fits them together) and come back unfitted. An extractor without
-    questions allows the prefix readouts only (and no zero-shot feature: ``mode`` is
+    questions allows the question-free readouts only (and no zero-shot feature: ``mode`` is
     always ``head``).
     """
     if not extractor.with_questions:
         readouts = [r for r in readouts if r != "question"]
         if not readouts:
-            raise ValueError("features without questions serve the prefix and pair_prefix "
-                             "readouts only; ask for one of them")
+            raise ValueError("features without questions serve the prefix, pair_prefix "
+                             "and pool readouts only; ask for one of them")
     if not extractor.with_pairs and "pair_prefix" in readouts:
         raise ValueError("pair_prefix needs the pair reads, which this extraction skips")
     if not extractor.with_pool and "pool" in readouts:
@@ -176,7 +177,7 @@ def fit_policy_heads(policy: Any, extractor: Extractor, items: Sequence[CorpusIt
 
 def _cheap(readout: str, scope: str) -> bool:
     """Whether a readout rides on the pair's one forward (no question, no other prompt)."""
-    return readout == ("prefix" if scope == "response" else "pair_prefix")
+    return readout in (("prefix", "pool") if scope == "response" else ("pair_prefix",))
 
 
 def _fit_one(spec: PredicateSpec, ex: Extractor, items: Sequence[CorpusItem],

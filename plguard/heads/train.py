@@ -37,7 +37,7 @@ class FitOptions:
     progress: bool = True
     scopes: tuple[str, ...] = ("request", "response")  # predicates fitted (others zero-shot)
     # The category rules' request predicates share one multinomial (plguard.heads.joint)
-    # instead of one-vs-rest heads; prefix readout.
+    # instead of one-vs-rest heads; prefix or pool readout, chosen with the layer.
     joint_categories: bool = False
 
 

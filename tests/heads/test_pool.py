@@ -90,3 +90,23 @@ def test_a_pool_span_outside_the_prefix_is_refused(embedded_backend, grounder):
     with pytest.raises(Exception, match="pool span"):
         embedded_backend.true_false_states([replace(req, pool=(5, len(req.prefix) + 1))],
                                            LAYERS)
+
+
+def test_an_empty_request_pools_its_last_token(embedded_backend, grounder, tmp_path):
+    from plguard.heads.artefact import load_heads
+    from tests.heads.test_heads import _heads_doc, _write
+
+    req = grounder.prompts("", None)
+    assert req.pool[0] == req.pool[1]
+    out = embedded_backend.true_false_states([req], LAYERS)[0]
+    np.testing.assert_allclose(out.pool_state, out.prefix_state, atol=1e-5)
+    # A Grounder whose heads read pool grounds it (screening can empty a request).
+    minimal = load_policy("minimal")
+    cfg = GroundingConfig(heads=None)
+    path = _write(tmp_path, _heads_doc(embedded_backend, minimal, cfg,
+                                       readouts=["pool", "pool", "pool", "pool"]))
+    g = Grounder(embedded_backend, minimal.predicates,
+                 cfg.model_copy(update={"heads": str(path)}), policy_name="minimal")
+    got = g.ground([("", "")])[0]  # empty response too: both scopes pool nothing
+    assert got.heads == load_heads(path).label
+    assert all(0.0 < s.p_true < 1.0 for s in got.scores if s.source == "head")
