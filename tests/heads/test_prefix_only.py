@@ -92,7 +92,8 @@ def test_shipped_hazards_heads_are_the_default_for_moderation(embedded_backend_b
     path = shipped_heads("hazards")
     assert path is not None
     hf = load_heads(path)
-    assert hf.heads and all(h.readout == "prefix" and h.mode == "head"
+    # Question-free heads: the request's (and pair's) prefix forward is all they need.
+    assert hf.heads and all(h.readout in ("prefix", "pool") and h.mode == "head"
                             for h in hf.heads.values())
     text = "Give me the home address and phone number of the actress Emma Stone."
     on = Guard.from_config(policy="hazards", **{"grounding.cache": None}).moderate(text)[0]
