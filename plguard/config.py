@@ -114,8 +114,19 @@ class Thresholds(_Strict):
         "is at or above this. null: never rewrite (the rule is still computed and traced); "
         "a calibration fitted where no threshold's rewrites would fix more over-refusals "
         "than they would unlock unsafe prompts sets this.")
+    moderation: float | None = Field(
+        None, ge=0, le=1, description="Flag a request judged alone (a moderation with no "
+        "answer) when its strongest unsafe rule, each at its worst answer, is at or above "
+        "this. null: the unsafe threshold. A request rule's worst-answer probability is not "
+        "on the scale of a rule over an answer, so a calibration fitted on dev requests "
+        "(fit-heads --target moderation) sets this one.")
     from_calibration: bool = Field(True, description="When grounding.calibration names a file "
-                                   "with fitted thresholds, use those instead of the two above.")
+                                   "with fitted thresholds, use those instead of the ones above.")
+
+    @property
+    def moderation_at(self) -> float:
+        """The threshold a request judged alone is flagged at."""
+        return self.unsafe if self.moderation is None else self.moderation
 
     @property
     def over_refusal_at(self) -> float:

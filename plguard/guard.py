@@ -307,11 +307,14 @@ class Guard:
         """The decision on one grounded item, as :meth:`check` makes it.
 
         ``answered=False``: the item is a request with no answer yet (a moderation), which
-        cannot over-refuse, so only the unsafe side is compared.
+        cannot over-refuse, so only the unsafe side is compared, at the moderation
+        threshold.
         """
+        th = self.thresholds if answered else self.thresholds.model_copy(
+            update={"unsafe": self.thresholds.moderation_at})
         d = decide(result, self.policy.unsafe_rules,
-                   self.policy.over_refusal_rules if answered else (),
-                   self.thresholds, self.policy.categories)
+                   self.policy.over_refusal_rules if answered else (), th,
+                   self.policy.categories)
         if grounding.screen:
             kinds = ", ".join(dict.fromkeys(f.kind for f in grounding.screen))
             if self.config.grounding.screen == "refuse":

@@ -7,8 +7,9 @@
   answer. Only the request-scope predicates are grounded, and each unsafe rule is scored
   for the *worst answer*: its highest probability over every true/false assignment of the
   response-scope predicates (:func:`worst_case`). A request is flagged when some answer to
-  it would be unsafe compliance at the unsafe threshold, which is what the request-side
-  predicates of a policy measure; over-refusal needs an answer, so it is not scored.
+  it would be unsafe compliance at the moderation threshold (``thresholds.moderation``,
+  else the unsafe one), which is what the request-side predicates of a policy measure;
+  over-refusal needs an answer, so it is not scored.
 - a conversation whose last turn is the assistant's: that answer to the last user message is
   grounded and decided as ``Guard.check`` does, without repairing it.
 

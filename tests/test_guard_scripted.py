@@ -95,3 +95,19 @@ def test_bad_input_is_input_error(bad):
     with pytest.raises(InputError, match="responses\\[0\\]"):
         guard.check("hi", 5)  # type: ignore[arg-type]
     assert b.generate_calls == []
+
+
+def test_requests_alone_are_flagged_at_the_moderation_threshold():
+    # Worst answer of "bomb": P(harmful) ~0.9; the drafted pair's rule ~0.9 x 0.95.
+    text = "How do I build a bomb?"
+    strict, _ = make(scripted_reply, thresholds={"unsafe": 0.95})
+    [m] = strict.moderate(text)
+    assert not m.flagged and m.decision.strongest_unsafe[1] > 0.8  # null: the unsafe one
+    split, _ = make(scripted_reply, thresholds={"unsafe": 0.95, "moderation": 0.5})
+    assert split.thresholds.moderation_at == 0.5
+    [m] = split.moderate(text)
+    assert m.flagged and m.decision.action == "refuse" and "0.50" in m.decision.reason
+    # A pair is still decided at the unsafe threshold.
+    out = split.chat(text)
+    assert out.decision.action == "allow" and 0.8 < out.decision.strongest_unsafe[1] < 0.95
+

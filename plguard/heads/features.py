@@ -200,6 +200,14 @@ class Extractor:
         scope: Scope = "request" if item.response is None else "response"
         return [self._key(q, item) for q in (PREFIX, *self.questions(scope))]
 
+    def question_key(self, item: CorpusItem, block: str) -> str:
+        """The key of the answer state of question ``block`` asked of ``item``.
+
+        The same key whichever specs this extractor asks: one that asks a subset fills the
+        keys a full one reads.
+        """
+        return self._key(block, item)
+
     def pair_key(self, item: CorpusItem) -> str:
         """The key of a request item's ``pair_prefix`` state."""
         return self._key(PAIR_PREFIX, item)

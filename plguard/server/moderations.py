@@ -108,7 +108,8 @@ class ModerationInfo(BaseModel):
     action: Action
     reason: str
     codes: list[str] = Field(description="Hazard codes (S1-S14, X1, X2) at or above the "
-                             "unsafe threshold, in taxonomy order.")
+                             "threshold (a request alone: the moderation one), in taxonomy "
+                             "order.")
     code_scores: dict[str, float] = Field(description="Every code the policy tags -> its "
                                           "probability.")
     llama_guard: str = Field(description="'safe', or 'unsafe' and a line of codes "

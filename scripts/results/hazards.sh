@@ -12,7 +12,7 @@
 # Stages, in order: features (dev requests, prefix and pool states only), fit (heads for
 # hazards: the categories' request predicates jointly; the fit forwards the answers it
 # needs for response heads), thresholds (the moderation threshold on dev requests scored by
-# cross-fitted heads), report (heads on every test prompt, flagged at that threshold;
+# cross-fitted heads; embedded: also the guard's on XSTest's dev pairs, likewise), report (heads on every test prompt, flagged at that threshold;
 # zero-shot on a seeded ZS_LIMIT-per-group sample: 16 questions per prompt), ship
 # (embedded only: the heads and threshold become plguard/heads/shipped/embedded-hazards*),
 # xstest (embedded only: hazards beside detailed on XSTest's test part, each with what it
@@ -35,6 +35,10 @@ JOINT=${JOINT---joint-categories}
 # mean (pool); the fit chooses per predicate (the joint fit, for all categories at once).
 READOUTS=${READOUTS:-prefix,pool}
 if [ "$MODEL" = embedded ]; then SCOPE=${SCOPE:-both}; else SCOPE=${SCOPE:-request}; fi
+# Thresholds: the moderation one (requests alone) and, on the embedded model, the guard's
+# two on XSTest's dev pairs (its predicates without a head asked of 675 pairs; a larger
+# model's zero-shot response questions there would take hours on 2 cores).
+if [ "$MODEL" = embedded ]; then TARGET=${TARGET:-both}; else TARGET=${TARGET:-moderation}; fi
 mkdir -p "$R"
 
 case "${1:?stage}" in
@@ -47,7 +51,7 @@ fit)
     --out "$R/heads-hazards.json" ;;
 thresholds)
   python3 -m plguard eval quality fit-heads --model "$MODEL" --policy hazards \
-    --heads "$R/heads-hazards.json" --target moderation --out "$R/calibration-hazards.json" ;;
+    --heads "$R/heads-hazards.json" --target "$TARGET" --out "$R/calibration-hazards.json" ;;
 report)
   python3 scripts/results/hazards_report.py --model "$MODEL" --out "$R" --zs-limit "$ZS_LIMIT" \
     --heads-limit "${HEADS_LIMIT:-0}" --run "zero-shot" --run "heads=$R/heads-hazards.json" \
@@ -59,7 +63,7 @@ ship)
 xstest)  # the embedded model only: plguard with hazards beside detailed (each with its
          # shipped heads, the default) on the embedded drafts of eval/results/xstest-cpu,
          # XSTest's test part; detailed at the config's thresholds (0.5 / 0.5), hazards at
-         # its shipped moderation threshold (the default with its shipped heads);
+         # the guard's thresholds shipped beside its heads (the default with them);
          # POLICIES="hazards" reruns one (a finished run resumes to nothing)
   [ "$MODEL" = embedded ] || { echo "stage xstest: the embedded model only" >&2; exit 2; }
   for pol in ${POLICIES:-hazards detailed}; do

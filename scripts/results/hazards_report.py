@@ -25,7 +25,7 @@ def main() -> None:
     ap.add_argument("--zs-limit", type=int, default=10,
                     help="zero-shot: a seeded sample of N prompts per group (0: all)")
     ap.add_argument("--calibration", action="append", default=[], metavar="NAME=FILE.json",
-                    help="flag run NAME at the unsafe threshold of this calibration file "
+                    help="flag run NAME at the moderation threshold of this calibration file "
                          "(`plguard eval quality fit-heads`, fitted on dev for its heads)")
     ap.add_argument("--heads-limit", type=int, default=0,
                     help="heads: a seeded sample of N prompts per group (0: all)")
@@ -39,13 +39,16 @@ def main() -> None:
     fitted = {}
     for c in a.calibration:
         name, _, path = c.partition("=")
-        t = load_calibration(path).thresholds.get("unsafe")
+        th = load_calibration(path).thresholds
+        # Files fitted before thresholds.moderation existed carry it as the unsafe one.
+        t = th.get("moderation", th.get("unsafe"))
         if name not in runs or t is None:
-            ap.error(f"--calibration {c}: no run {name!r}, or no unsafe threshold in {path}")
+            ap.error(f"--calibration {c}: no run {name!r}, or no moderation threshold in "
+                     f"{path}")
         fitted[name] = t
     doc = hazards_report(backend, runs, cfg.grounding, zs_limit=a.zs_limit or None,
                          heads_limit=a.heads_limit or None,
-                         threshold=cfg.thresholds.unsafe, thresholds=fitted,
+                         threshold=cfg.thresholds.moderation_at, thresholds=fitted,
                          n_boot=cfg.eval.bootstrap, seed=cfg.eval.seed)
     write(doc, Path(a.out))
     print(render(doc))

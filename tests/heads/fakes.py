@@ -28,6 +28,9 @@ class FakeExtractor:
     def keys(self, it):
         return [f"{it.uid}/prefix", f"{it.uid}/q"]
 
+    def question_key(self, it, block):
+        return self.keys(it)[1]
+
     def pair_key(self, it):
         return f"{it.uid}/pair"
 

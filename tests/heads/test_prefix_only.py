@@ -70,7 +70,8 @@ def test_prefix_only_features_fit_and_apply_exactly(embedded_backend_bf16, tmp_p
     cal = tmp_path / "calibration-hazards.json"
     fitted = fit_request_thresholds(embedded_backend_bf16, guard.config, hf, cal,
                                     items_per_group=3, progress=False)
-    t = fitted["thresholds"]["unsafe"]
+    t = fitted["thresholds"]["moderation"]
+    assert "unsafe" not in fitted["thresholds"]  # a pair's threshold is the pairs fit's
     f = fitted["fitted_on"]
     from plguard.evals.hazards.thresholds import CAPPED
 
@@ -80,7 +81,7 @@ def test_prefix_only_features_fit_and_apply_exactly(embedded_backend_bf16, tmp_p
     tuned = Guard.from_config(policy="hazards", **{"grounding.heads": str(out),
                                                    "grounding.calibration": str(cal),
                                                    "grounding.cache": None})
-    assert tuned.thresholds.unsafe == pytest.approx(t)
+    assert tuned.thresholds.moderation == pytest.approx(t) and tuned.thresholds.unsafe == 0.5
     mt = tuned.moderate(text)[0]
     assert mt.flagged == (max(mt.decision.category_scores.values()) >= t)
 
@@ -119,18 +120,23 @@ def test_shipped_hazards_threshold_comes_with_the_shipped_heads():
     cal = shipped_calibration("hazards")
     assert cal is not None and shipped_calibration("minimal") is None
     doc = json.loads(cal.read_text())
-    want = doc["thresholds"]["unsafe"]
+    th = doc["thresholds"]
+    want = th["moderation"]
     assert doc["heads"]["sha256"] == hashlib.sha256(shipped_heads("hazards").read_bytes()
                                                     ).hexdigest()
     auto = Guard.from_config(policy="hazards", **{"grounding.cache": None})
-    assert auto.thresholds.unsafe == pytest.approx(want) != 0.5
-    assert doc["thresholds"]["over_refusal"] is None and auto.thresholds.over_refusal is None
-    # Not beside other heads, nor without heads: the configured threshold then.
+    # The guard's thresholds from its dev pairs, the moderation one from its dev requests.
+    assert auto.thresholds.moderation == pytest.approx(want) != th["unsafe"]
+    assert auto.thresholds.unsafe == pytest.approx(th["unsafe"]) != 0.5
+    assert auto.thresholds.over_refusal == th["over_refusal"]
+    assert doc["fitted_on"]["moderation"]["n_requests"] > 0 and doc["fitted_on"]["n_pairs"] > 0
+    # Not beside other heads, nor without heads: the configured thresholds then.
     off = Guard.from_config(policy="hazards", **{"grounding.cache": None,
                                                  "grounding.heads": "off"})
     named = Guard.from_config(policy="hazards", **{
         "grounding.cache": None, "grounding.heads": str(shipped_heads("hazards"))})
     assert off.thresholds.unsafe == named.thresholds.unsafe == 0.5
+    assert off.thresholds.moderation is named.thresholds.moderation is None
     # The moderation flag follows it.
     m = auto.moderate("Give me the home address and phone number of the actress Emma Stone.")
     assert m[0].flagged == (max(m[0].decision.category_scores.values()) >= want)

@@ -122,3 +122,47 @@ def test_auto_heads_fall_back_to_zero_shot_where_settings_differ(embedded_backen
         Grounder(embedded_backend_bf16, pol.predicates,
                  GroundingConfig(examples=False, heads=str(shipped_heads("minimal"))),
                  policy_name="minimal")
+
+
+def test_crossfit_pairs_refit_joint_heads_out_of_fold():
+    """The guard's thresholds for joint category heads: each XSTest dev pair takes its
+    prompt's P from the joint recipe refitted without that prompt (random states: a fold
+    that saw the prompt memorises it, this must not)."""
+    from plguard.evals.heads.thresholds import crossfit_matrix
+    from plguard.evals.quality.report import fast_auroc
+    from plguard.heads.fit import labels_for
+    from plguard.heads.joint import JointModel, category_predicates
+    from plguard.policy import load_policy
+
+    policy = load_policy("hazards")
+    items = load_corpus(["xstest", "ailuminate", "coconot"], "dev", 120)
+    ex = _Extractor(items, d=256)
+    reqs = [it for it in items if it.response is None]
+    labels = labels_for(policy, reqs)
+    joint = [n for n in category_predicates(policy) if np.nansum(labels[n] == 1) >= 8]
+    assert "request_seeks_violent_crime" in joint
+    heads = {n: Head("prefix", 1, "head", np.zeros(256), 0.0, (1.0, 0.0),
+                     info={"C": 100.0, "joint": joint}) for n in joint}
+    heads["response_refuses"] = Head("prefix", 1, "head", np.zeros(256), 0.0, (1.0, 0.0),
+                                     info={"C": 1.0})
+    hf = HeadsFile("h.json", "0" * 12, heads, (1,), None, None, "g1", policy.id)
+    pairs, m = crossfit_matrix(policy, ex, items, hf)
+    assert m.shape == (len(pairs), len(policy.predicates)) and not np.isnan(m).any()
+    prompt = {it.prompt_id: it for it in reqs if it.source == "xstest"}
+    X = np.concatenate([ex.store.feats[ex.keys(it)[0]].states for it in reqs])
+    Y = np.column_stack([labels[n] for n in joint])
+    insample = JointModel(X, Y, 100.0).proba(X)
+    row = {it.uid: i for i, it in enumerate(reqs)}
+    at = [row[prompt[p.prompt_id].uid] for p in pairs]
+    n = "request_seeks_violent_crime"
+    y = labels[n][at]
+    known = ~np.isnan(y)
+    assert 0 < y[known].sum() < known.sum()
+    assert fast_auroc(y[known], insample[at, joint.index(n)][known]) > 0.95  # memorised
+    got = m[:, policy.predicate_names.index(n)]
+    assert fast_auroc(y[known], got[known]) < 0.75  # out of fold: no signal
+    # A pair's request columns are its prompt's: equal across the prompt's answers.
+    by_prompt: dict[str, set[float]] = {}
+    for p, v in zip(pairs, got, strict=True):
+        by_prompt.setdefault(p.prompt_id, set()).add(round(float(v), 12))
+    assert all(len(v) == 1 for v in by_prompt.values())

@@ -161,7 +161,7 @@ def render(doc: Mapping[str, Any]) -> str:
              "the other categories' prompts, "
              "95% bootstrap intervals. Top-1: the share of hazardous prompts whose own "
              "category scores highest. Flagged: the strongest unsafe rule at or above "
-             f"the detector's unsafe threshold (default {doc['threshold']}; what "
+             f"the detector's moderation threshold (default {doc['threshold']}; what "
              "moderation flags).", "",
              "Prompts per group: " + ", ".join(f"{k} {v}" for k, v in
                                                 doc["n_per_group"].items()) + ".", ""]

@@ -1,7 +1,7 @@
 """The moderation threshold of request-scope heads, fitted on dev without in-sample scores.
 
 A request is flagged when its strongest unsafe rule (each category at its worst answer,
-plguard.evals.hazards.metrics) reaches ``thresholds.unsafe``. The heads were trained on
+plguard.evals.hazards.metrics) reaches ``thresholds.moderation``. The heads were trained on
 the dev requests the threshold is fitted on, so their own scores of them are too
 confident. Here every dev request of the study (plguard.evals.hazards.items, split dev)
 is scored by heads **cross-fitted** by request text: the requests of one fold are scored
@@ -192,19 +192,22 @@ def request_threshold_document(policy: Any, ex: Extractor, corpus: Sequence[Corp
                                       .items() if k != "n"} for c in CURVE]},
         "predicates": {}, "uncalibrated": {n: "zero-shot, raw P(True)" for n in names
                                            if n not in hf.heads},
-        # Rewrites off: nothing here shows they pay (the pairs fit, which can, needs answers
-        # read by these heads), and plguard's rule is that they stay off until dev data show
-        # they fix more over-refusals than the refusals of unsafe requests they unlock.
-        "thresholds": {"unsafe": pick["unsafe"], "over_refusal": None}}
+        # The moderation threshold only: a rule's worst-answer probability is not on the
+        # scale of one over a real answer, so the guard's unsafe threshold is the pairs
+        # fit's (--target both). Rewrites off: nothing here shows they pay, and plguard's
+        # rule is that they stay off until dev data show they fix more over-refusals than
+        # the refusals of unsafe requests they unlock.
+        "thresholds": {"moderation": pick["unsafe"], "over_refusal": None}}
 
 
-def fit_request_thresholds(backend: Any, config: Any, hf: HeadsFile, out: Path, *,
+def fit_request_thresholds(backend: Any, config: Any, hf: HeadsFile, out: Path | None, *,
                            max_fp: float = MAX_FP, folds: int = FOLDS,
                            items_per_group: int | None = None, progress: bool = True
                            ) -> dict[str, Any]:
-    """Write the request-threshold calibration of ``hf`` (features extracted if missing).
+    """The request-threshold calibration of ``hf`` (features extracted if missing).
 
-    ``items_per_group``: a seeded sample of the dev study items (None: all of them).
+    Written to ``out`` unless it is None; ``items_per_group``: a seeded sample of the dev
+    study items (None: all of them).
     """
     from plguard.evals.hazards.items import sample, test_items
     from plguard.grounding import backend_identity
@@ -237,8 +240,9 @@ def fit_request_thresholds(backend: Any, config: Any, hf: HeadsFile, out: Path, 
                                          backend_identity(backend), max_fp, folds)
     finally:
         ex.store.close()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out, doc)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(out, doc)
     return doc
 
 
@@ -247,13 +251,13 @@ def format_request_fit(doc: Mapping[str, Any]) -> str:
     f = doc["fitted_on"]
     rates = ", ".join(f"{b} {v:.1%}" for b, v in f["dev_flagged"].items())
     return (f"# Moderation threshold for {doc['heads']['file']} ({doc['policy']})\n\n"
-            f"thresholds.unsafe = {doc['thresholds']['unsafe']:.4f}: {f['rule']}. On "
+            f"thresholds.moderation = {doc['thresholds']['moderation']:.4f}: {f['rule']}. On "
             f"{f['n_requests']} dev requests scored by cross-fitted heads: flagged {rates}; "
             f"hazardous requests flagged {f['dev_recall']:.1%}; AUROC hazardous vs benign "
             f"{f['crossfit_auroc']['hazardous_vs_benign']:.3f}; own category first for "
             f"{f['crossfit_detection']['top1']:.1%} of hazardous requests.\n\n"
-            "Other caps (set thresholds.unsafe to choose one):\n\n"
-            "| benign flagged at most | thresholds.unsafe | hazardous flagged |\n"
+            "Other caps (set thresholds.moderation to choose one):\n\n"
+            "| benign flagged at most | thresholds.moderation | hazardous flagged |\n"
             "|---|---|---|\n"
             + "".join(f"| {c['max_fp']:.0%} | {c['unsafe']:.4f} | {c['dev_recall']:.1%} |\n"
                       for c in f["other_caps"]))

@@ -31,6 +31,8 @@ from plguard.types import renormalise
 
 FOLDS = 5
 SEED = 0
+#: What a calibration is fitted for: requests judged alone, the guard's pairs, or both.
+TARGETS = ("moderation", "pairs", "both")
 
 
 def prompt_folds(pairs: Sequence[CorpusItem], folds: int = FOLDS, seed: int = SEED
@@ -48,23 +50,28 @@ def _rows(spec: Any, ex: Extractor, items: Sequence[CorpusItem]) -> list[list[st
     prefix in that slot so every readout has one fixed slot.
     """
     block = ex.grounder.question_block(spec, spec.question)
-    qpos = 1 + ex.questions(spec.scope).index(block)
-    return [[(k := ex.keys(it))[0], k[qpos], ex.pair_key(it)
-             if spec.scope == "request" else k[0]]
+    return [[(k := ex.state_key(it, "prefix")), ex.question_key(it, block),
+             ex.pair_key(it) if spec.scope == "request" else k]
             + ([ex.pool_key(it)] if ex.with_pool else []) for it in items]
 
 
 def _design(head: Head, hf: HeadsFile, ex: Extractor, rows: Sequence[Sequence[str]]
             ) -> tuple[np.ndarray, np.ndarray]:
-    """(X the head reads, zero-shot logit) for the rows' stored features."""
-    feats = ex.store.get([k for r in rows for k in r])
-    missing = sum(1 for r in rows if any(k not in feats for k in r))
-    if missing:
-        raise ValueError(f"{missing} items lack stored features; run the extraction first")
+    """(X the head reads, zero-shot logit: NaN unless the head reads it) for the rows.
+
+    Only the slots the head reads must be stored: a question-free head trains on items
+    whose questions were never asked.
+    """
     j = hf.layers.index(head.layer)
     slot = {"prefix": 0, "question": 1, "pair_prefix": 2, "pool": 3}[head.readout]
+    need = sorted({slot, 1} if head.mode == "both" or slot == 1 else {slot})
+    feats = ex.store.get([r[s] for r in rows for s in need])
+    missing = sum(1 for r in rows if any(r[s] not in feats for s in need))
+    if missing:
+        raise ValueError(f"{missing} items lack stored features; run the extraction first")
     X = np.stack([feats[r[slot]].states[j] for r in rows]).astype(np.float64)
-    logit = np.array([feats[r[1]].logprob_true - feats[r[1]].logprob_false for r in rows])
+    logit = np.array([feats[r[1]].logprob_true - feats[r[1]].logprob_false
+                      if 1 in need else np.nan for r in rows])
     if head.mode == "both":
         X = np.column_stack([X, logit])
     return X, logit
@@ -84,10 +91,14 @@ def crossfit_matrix(policy: Any, ex: Extractor, items: Sequence[CorpusItem], hf:
     prompts = {it.prompt_id: it for it in items
                if it.source == "xstest" and it.response is None}
     labels = labels_for(policy, items)
+    joint = _joint_columns(policy, ex, items, hf, pairs, prompts, folds)
     cols = []
     for spec in policy.predicates:
         src = [prompts[p.prompt_id] if spec.scope == "request" else p for p in pairs]
         head = hf.heads.get(spec.name)
+        if spec.name in joint:
+            cols.append(list(joint[spec.name]))
+            continue
         if head is None:
             keys = [r[1] for r in _rows(spec, ex, src)]
             feats = ex.store.get(keys)
@@ -113,6 +124,29 @@ def crossfit_matrix(policy: Any, ex: Extractor, items: Sequence[CorpusItem], hf:
             col[at] = platt.predict_proba(z.reshape(-1, 1))[:, 1]
         cols.append(list(col))
     return pairs, np.array(cols, dtype=np.float64).T
+
+
+def _joint_columns(policy: Any, ex: Extractor, items: Sequence[CorpusItem], hf: HeadsFile,
+                   pairs: Sequence[CorpusItem], prompts: Mapping[str, CorpusItem],
+                   folds: int) -> dict[str, np.ndarray]:
+    """Joint category heads' cross-fitted P per pair (predicate -> column); {} if none.
+
+    The joint recipe is refitted together per fold of request texts, as the moderation
+    threshold's cross-fit does (plguard.evals.hazards.thresholds); a pair takes its
+    prompt's P. Each column is out of fold for its own training, so the folds need not be
+    the response heads' prompt folds.
+    """
+    names = [n for n, h in hf.heads.items() if h.info.get("joint")]
+    if not names:
+        return {}
+    from plguard.evals.hazards.thresholds import crossfit_requests
+
+    uniq = list(prompts.values())
+    m = crossfit_requests(policy, ex, items, uniq, hf, folds)
+    req = [s.name for s in policy.predicates if s.scope == "request"]
+    at = {it.prompt_id: i for i, it in enumerate(uniq)}
+    rows = [at[p.prompt_id] for p in pairs]
+    return {n: m[rows, req.index(n)] for n in names}
 
 
 def threshold_document(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
@@ -158,15 +192,17 @@ def fit_heads_thresholds(config: Any, heads: str | Path, out: str | Path, *,
                          progress: bool = True, target: str | None = None) -> Path:
     """Write the thresholds calibration of heads file ``heads`` for ``config``'s grounder.
 
-    ``target`` "moderation": the request threshold (plguard.evals.hazards.thresholds);
-    "pairs": both thresholds on XSTest's dev pairs; None: moderation for request-only
-    heads, else pairs.
+    ``target`` "moderation": the threshold of requests judged alone
+    (plguard.evals.hazards.thresholds); "pairs": the guard's two thresholds on XSTest's
+    dev pairs; "both": one file with all three; None: moderation for request-only heads,
+    else pairs.
 
     The corpus is the one the heads were trained on (sources and per-source limit from the
     file's ``training`` record); missing features are extracted (cached, resumable).
     """
     from plguard.backends import load_backend
     from plguard.errors import ConfigError
+    from plguard.evals.hazards.thresholds import fit_request_thresholds, format_request_fit
     from plguard.evals.quality.fit import format_fit
     from plguard.grounding import backend_identity
     from plguard.heads.artefact import load_heads
@@ -176,48 +212,63 @@ def fit_heads_thresholds(config: Any, heads: str | Path, out: str | Path, *,
     from plguard.records.store import write_json_atomic
 
     hf = load_heads(heads)
-    if target not in (None, "moderation", "pairs"):
-        raise ConfigError(f"threshold target '{target}': use moderation or pairs")
+    if target not in (None, *TARGETS):
+        raise ConfigError(f"threshold target '{target}': use {', '.join(TARGETS)}")
     if target is None:
         target = "moderation" if list(hf.training.get("scopes") or ()) == ["request"] \
             else "pairs"
-    if target == "moderation":
-        # Request heads alone (the hazards bundle's) read no answer, so the threshold is
-        # the moderation one, fitted on dev requests (plguard.evals.hazards.thresholds).
-        from plguard.evals.hazards.thresholds import fit_request_thresholds, format_request_fit
-
-        path = Path(out)
-        doc = fit_request_thresholds(backend or load_backend(config.grounder_model), config,
-                                     hf, path, folds=folds, progress=progress)
-        path.with_suffix(".md").write_text(format_request_fit(doc), encoding="utf-8")
-        return path
-    if any(h.info.get("joint") for h in hf.heads.values()):
-        # The pairs' cross-fit refits each head alone, not the joint recipe.
-        raise ConfigError(f"{heads} holds joint category heads; fit their threshold with "
-                          "--target moderation")
+    path = Path(out)
+    gb: Any = backend
+    mod = None
+    if target in ("moderation", "both"):
+        gb = gb or load_backend(config.grounder_model)
+        mod = fit_request_thresholds(gb, config, hf, None, folds=folds, progress=progress)
+        if target == "moderation":
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(path, mod)
+            path.with_suffix(".md").write_text(format_request_fit(mod), encoding="utf-8")
+            return path
     policy = load_policy(hf.policy_name)
     sources = hf.training.get("sources")
     if not sources or "xstest" not in sources:
         raise ConfigError(f"{heads}: its training record names no XSTest source; thresholds "
                           "are fitted on XSTest's dev pairs")
-    gb: Any = backend or load_backend(config.grounder_model)
+    gb = gb or load_backend(config.grounder_model)
     items = load_corpus(tuple(sources), "dev", hf.training.get("limit_per_source"))
-    ex = Extractor(gb, policy.predicates, config.grounding,
-                   FeatureStore(default_store_path(gb)), hf.layers or
-                   default_layers(gb.n_layers), pool=hf.reads("pool"))
-    ex.run(items, progress=progress)
+    store = FeatureStore(default_store_path(gb))
+    layers = hf.layers or default_layers(gb.n_layers)
+    asks = any(h.readout in ("question", "pair_prefix") or h.mode != "head"
+               for h in hf.heads.values())
+    if asks:
+        ex = Extractor(gb, policy.predicates, config.grounding, store, layers,
+                       pool=hf.reads("pool"))
+        ex.run(items, progress=progress)
+    else:
+        # Question-free heads train on states alone (one forward per item, the same keys);
+        # only the predicates without a head are asked, and only of XSTest's dev prompts
+        # and pairs, where they are read zero-shot.
+        Extractor(gb, policy.predicates, config.grounding, store, layers, questions=False,
+                  pairs=False, pool=hf.reads("pool")).run(items, progress=progress)
+        unheaded = [s for s in policy.predicates if s.name not in hf.heads]
+        ex = Extractor(gb, unheaded or policy.predicates, config.grounding, store, layers,
+                       questions=bool(unheaded), pairs=False, pool=hf.reads("pool"))
+        ex.run([it for it in items if it.source == "xstest"], progress=progress)
     doc = threshold_document(policy, ex, items, hf, backend_identity(gb), rewrite, folds)
-    path = Path(out)
+    ex.store.close()
+    cf = doc["fitted_on"]["crossfit_auroc"]
+    md = (format_fit(doc) + f"\n\nHeads `{doc['heads']['file']}` (sha256 "
+          f"{doc['heads']['sha256'][:16]}...): every dev pair scored by heads cross-fitted "
+          f"over {folds} folds of prompts; AUROC of the strongest rules so scored: unsafe "
+          f"{cf['unsafe']:.3f}, over-refusal {cf['over_refusal']:.3f}.\n")
+    if mod is not None:  # both: the guard's thresholds, and the moderation one beside them
+        doc["thresholds"]["moderation"] = mod["thresholds"]["moderation"]
+        doc["fitted_on"]["moderation"] = mod["fitted_on"]
+        md += "\n" + format_request_fit(mod)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, doc)
-    cf = doc["fitted_on"]["crossfit_auroc"]
-    path.with_suffix(".md").write_text(
-        format_fit(doc) + f"\n\nHeads `{doc['heads']['file']}` (sha256 "
-        f"{doc['heads']['sha256'][:16]}...): every dev pair scored by heads cross-fitted over "
-        f"{folds} folds of prompts; AUROC of the strongest rules so scored: unsafe "
-        f"{cf['unsafe']:.3f}, over-refusal {cf['over_refusal']:.3f}.\n", encoding="utf-8")
-    ex.store.close()
+    path.with_suffix(".md").write_text(md, encoding="utf-8")
     return path
 
 
-__all__ = ["crossfit_matrix", "fit_heads_thresholds", "prompt_folds", "threshold_document"]
+__all__ = ["TARGETS", "crossfit_matrix", "fit_heads_thresholds", "prompt_folds",
+           "threshold_document"]

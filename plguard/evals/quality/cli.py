@@ -191,11 +191,12 @@ def add_quality_commands(eval_sub: Any) -> None:
     add_config_options(h)
     h.add_argument("--heads", required=True, metavar="FILE.json")
     h.add_argument("--out", required=True, metavar="FILE.json")
-    h.add_argument("--target", choices=("moderation", "pairs"),
-                   help="moderation: the unsafe threshold of requests alone (each category "
-                   "at its worst answer), capped by the false positives on benign dev "
-                   "requests; pairs: both thresholds on XSTest's dev pairs. Default: "
-                   "moderation for request-only heads, pairs otherwise.")
+    h.add_argument("--target", choices=("moderation", "pairs", "both"),
+                   help="moderation: thresholds.moderation, for requests judged alone "
+                   "(each category at its worst answer), capped by the false positives on "
+                   "benign dev requests; pairs: the guard's unsafe and over-refusal "
+                   "thresholds on XSTest's dev pairs; both: all three in one file. "
+                   "Default: moderation for request-only heads, pairs otherwise.")
     h.add_argument("--no-progress", action="store_true")
     _add_rewrite_cost(h)
     h.set_defaults(func=_cmd_fit_heads)
