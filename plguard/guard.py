@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from plguard.config import GuardConfig, Thresholds
 from plguard.decide import decide
 from plguard.messages import check_response, request_text, to_chat
-from plguard.repair import repair_chat
+from plguard.repair import repair_chat, repeats_instructions
 from plguard.types import (
     Chat,
     Decision,
@@ -365,11 +365,19 @@ class Guard:
         nxt = []
         for k, i in enumerate(pending):
             t = tracks[i]
+            d = d2[k]
+            if repeats_instructions(texts[k]):
+                # Reciting the repair prompt is no answer, whatever its grounding says: the
+                # round failed, and the track keeps its answer and decision (a refusal
+                # still pending ends in the fixed refusal).
+                d = replace(t.decision, reason=f"the repair repeated its own instructions "
+                            f"instead of answering, so it was discarded ({t.decision.reason})")
             t.rounds.append(RepairRound(
                 round=rnd, action=t.decision.action, prompt=chats[k][-1].content,
-                response=texts[k], grounding=g2[k], policy=r2[k], decision=d2[k]))
-            t.final, t.decision, t.result = texts[k], d2[k], r2[k]
-            if d2[k].action != "allow":
+                response=texts[k], grounding=g2[k], policy=r2[k], decision=d))
+            if d is d2[k]:
+                t.final, t.decision, t.result = texts[k], d2[k], r2[k]
+            if t.decision.action != "allow":
                 nxt.append(i)
         return nxt
 

@@ -7,6 +7,7 @@ action label; it then writes a refusal / safe rewrite or a helpful direct answer
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 
 from plguard.types import Action, Chat, Decision, Message
@@ -54,6 +55,34 @@ ACTION: {label}
 {instructions}
 
 Reply with the new answer to the user only, without mentioning the checker."""
+
+
+#: Words in a row that a repair may share with its own instructions before it counts as
+#: repeating them: a small generator sometimes answers the repair prompt by reciting it.
+ECHO_WORDS = 8
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9_']+", text.lower())
+
+
+def _shingles(words: Sequence[str], n: int = ECHO_WORDS) -> set[tuple[str, ...]]:
+    return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
+
+
+# The fixed text of every repair prompt: the instructions, and the template's parts
+# between its fields (no run spans a field, whose text is the user's or the draft's).
+_FIXED = set().union(*(_shingles(_words(part)) for part in (
+    *_INSTRUCTIONS.values(), *re.split(r"\{\w+\}", USER_TEMPLATE + SYSTEM_PROMPT))))
+
+
+def repeats_instructions(text: str) -> bool:
+    """Whether a repair recites its own prompt instead of answering.
+
+    A run of ``ECHO_WORDS`` words of the fixed instructions or template: such a text is
+    not an answer, and grounding it says nothing about what the user would be sent.
+    """
+    return not _shingles(_words(text)).isdisjoint(_FIXED)
 
 
 def format_rules(probs: Mapping[str, float], rules: Sequence[str], limit: int = 6) -> str:
