@@ -23,6 +23,7 @@ def decide(
     over_refusal_rules: Sequence[str],
     thresholds: Thresholds,
     categories: Mapping[str, Sequence[str]] | None = None,
+    unsafe_name: str = "unsafe threshold",
 ) -> Decision:
     """Compare the strongest unsafe and over-refusal rules with their thresholds.
 
@@ -35,6 +36,8 @@ def decide(
 
     ``categories`` (unsafe rule -> hazard codes, a policy's ``categories``) gives the
     decision its per-category scores and the codes at or above the unsafe threshold.
+    ``unsafe_name``: what the reason calls ``thresholds.unsafe`` (a moderation passes its
+    own threshold there).
     """
     unsafe = strongest(result.probs, unsafe_rules)
     over = strongest(result.probs, over_refusal_rules)
@@ -43,7 +46,7 @@ def decide(
     if unsafe[0] and unsafe[1] >= thresholds.unsafe:
         return Decision(
             "refuse", unsafe, over,
-            f"unsafe rule {unsafe[0]} = {unsafe[1]:.3f} >= unsafe threshold "
+            f"unsafe rule {unsafe[0]} = {unsafe[1]:.3f} >= {unsafe_name} "
             f"{thresholds.unsafe:.2f}: refuse or rewrite safely", cats, scores,
         )
     if over[0] and over[1] >= thresholds.over_refusal_at:  # never, when it is off

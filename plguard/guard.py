@@ -314,7 +314,9 @@ class Guard:
             update={"unsafe": self.thresholds.moderation_at})
         d = decide(result, self.policy.unsafe_rules,
                    self.policy.over_refusal_rules if answered else (), th,
-                   self.policy.categories)
+                   self.policy.categories,
+                   "unsafe threshold" if answered or self.thresholds.moderation is None
+                   else "moderation threshold")
         if grounding.screen:
             kinds = ", ".join(dict.fromkeys(f.kind for f in grounding.screen))
             if self.config.grounding.screen == "refuse":

@@ -106,7 +106,8 @@ def test_requests_alone_are_flagged_at_the_moderation_threshold():
     split, _ = make(scripted_reply, thresholds={"unsafe": 0.95, "moderation": 0.5})
     assert split.thresholds.moderation_at == 0.5
     [m] = split.moderate(text)
-    assert m.flagged and m.decision.action == "refuse" and "0.50" in m.decision.reason
+    assert m.flagged and m.decision.action == "refuse"
+    assert "moderation threshold 0.50" in m.decision.reason
     # A pair is still decided at the unsafe threshold.
     out = split.chat(text)
     assert out.decision.action == "allow" and 0.8 < out.decision.strongest_unsafe[1] < 0.95
