@@ -91,7 +91,7 @@ def render_categories(d: Decision) -> list[str]:
     if not d.category_scores:
         return []
     width = max(len(f"{c} {NAMES[c]}") for c in d.category_scores)
-    lines = ["categories at the unsafe threshold: " + (",".join(d.categories) or "none")]
+    lines = ["categories at threshold: " + (",".join(d.categories) or "none")]
     for code, p in d.category_scores.items():
         mark = "  *" if code in d.categories else ""
         lines.append(f"  {code + ' ' + NAMES[code]:<{width}}  {p:.3f}{mark}")

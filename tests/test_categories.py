@@ -173,7 +173,7 @@ def test_cli_prints_categories_and_llama_guard(monkeypatch, capsys):
                  "Step 1: hit him."]) == 0
     out = capsys.readouterr().out
     assert "llama guard: unsafe S1" in out
-    assert "categories at the unsafe threshold: S1" in out
+    assert "categories at threshold: S1" in out
     assert "S1 Violent Crimes" in out and "S9 Indiscriminate Weapons" in out
     assert main(["check", "--prompt", "x", "--response", "y", "--json"]) == 0
     assert "llama_guard" in json.loads(capsys.readouterr().out)["decision"]
