@@ -310,13 +310,12 @@ class Guard:
         cannot over-refuse, so only the unsafe side is compared, at the moderation
         threshold.
         """
-        th = self.thresholds if answered else self.thresholds.model_copy(
-            update={"unsafe": self.thresholds.moderation_at})
+        th, name = self.thresholds, "unsafe threshold"
+        if not answered and th.moderation is not None:
+            th, name = th.model_copy(update={"unsafe": th.moderation}), "moderation threshold"
         d = decide(result, self.policy.unsafe_rules,
                    self.policy.over_refusal_rules if answered else (), th,
-                   self.policy.categories,
-                   "unsafe threshold" if answered or self.thresholds.moderation is None
-                   else "moderation threshold")
+                   self.policy.categories, name)
         if grounding.screen:
             kinds = ", ".join(dict.fromkeys(f.kind for f in grounding.screen))
             if self.config.grounding.screen == "refuse":
@@ -367,17 +366,17 @@ class Guard:
         nxt = []
         for k, i in enumerate(pending):
             t = tracks[i]
-            d = d2[k]
-            if repeats_instructions(texts[k]):
-                # Reciting the repair prompt is no answer, whatever its grounding says: the
-                # round failed, and the track keeps its answer and decision (a refusal
-                # still pending ends in the fixed refusal).
-                d = replace(t.decision, reason=f"the repair repeated its own instructions "
-                            f"instead of answering, so it was discarded ({t.decision.reason})")
+            # Reciting the repair prompt is no answer, whatever its grounding says: the
+            # round failed, and the track keeps its answer and decision (a refusal still
+            # pending ends in the fixed refusal).
+            recited = repeats_instructions(texts[k])
+            d = replace(t.decision, reason=f"the repair repeated its own instructions instead "
+                        f"of answering, so it was discarded ({t.decision.reason})") \
+                if recited else d2[k]
             t.rounds.append(RepairRound(
                 round=rnd, action=t.decision.action, prompt=chats[k][-1].content,
                 response=texts[k], grounding=g2[k], policy=r2[k], decision=d))
-            if d is d2[k]:
+            if not recited:
                 t.final, t.decision, t.result = texts[k], d2[k], r2[k]
             if t.decision.action != "allow":
                 nxt.append(i)

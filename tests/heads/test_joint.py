@@ -142,6 +142,27 @@ def test_threshold_targets_are_named():
         fit_heads_thresholds(cfg, path, "unused.json", target="guard", backend=object())
 
 
+def test_pair_thresholds_need_xstest_before_any_fit(tmp_path):
+    import json
+
+    from plguard.config import GuardConfig
+    from plguard.errors import ConfigError
+    from plguard.evals.heads.thresholds import fit_heads_thresholds
+    from plguard.heads.artefact import shipped_heads
+
+    doc = json.loads(shipped_heads("hazards").read_text())
+    doc["training"]["sources"] = ["ailuminate", "coconot"]
+    heads = tmp_path / "heads.json"
+    heads.write_text(json.dumps(doc))
+    cfg = GuardConfig.from_dict({"policy": "hazards"})
+    # Refused before the moderation half runs (a backend of object() would fail there).
+    for target in ("pairs", "both"):
+        with pytest.raises(ConfigError, match="names no XSTest source"):
+            fit_heads_thresholds(cfg, heads, tmp_path / "cal.json", target=target,
+                                 backend=object())
+    assert not (tmp_path / "cal.json").exists()
+
+
 def test_joint_fit_chooses_the_readout_that_carries_the_categories(hazards):
     from plguard.heads.fit import labels_for
     from plguard.heads.joint import category_predicates, fit_joint_heads

@@ -217,6 +217,10 @@ def fit_heads_thresholds(config: Any, heads: str | Path, out: str | Path, *,
     if target is None:
         target = "moderation" if list(hf.training.get("scopes") or ()) == ["request"] \
             else "pairs"
+    sources = hf.training.get("sources")
+    if target != "moderation" and (not sources or "xstest" not in sources):
+        raise ConfigError(f"{heads}: its training record names no XSTest source; thresholds "
+                          "are fitted on XSTest's dev pairs")
     path = Path(out)
     gb: Any = backend
     mod = None
@@ -229,12 +233,8 @@ def fit_heads_thresholds(config: Any, heads: str | Path, out: str | Path, *,
             path.with_suffix(".md").write_text(format_request_fit(mod), encoding="utf-8")
             return path
     policy = load_policy(hf.policy_name)
-    sources = hf.training.get("sources")
-    if not sources or "xstest" not in sources:
-        raise ConfigError(f"{heads}: its training record names no XSTest source; thresholds "
-                          "are fitted on XSTest's dev pairs")
     gb = gb or load_backend(config.grounder_model)
-    items = load_corpus(tuple(sources), "dev", hf.training.get("limit_per_source"))
+    items = load_corpus(tuple(sources or ()), "dev", hf.training.get("limit_per_source"))
     store = FeatureStore(default_store_path(gb))
     layers = hf.layers or default_layers(gb.n_layers)
     asks = any(h.readout in ("question", "pair_prefix") or h.mode != "head"
