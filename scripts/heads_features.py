@@ -19,7 +19,7 @@ from plguard.backends import load_backend
 from plguard.config import GuardConfig
 from plguard.evals.heads.report import test_items
 from plguard.heads.corpus import load_corpus
-from plguard.heads.features import Extractor, FeatureStore, default_layers, default_store_path
+from plguard.heads.features import Extractor, FeatureStore, default_store_path, parse_layers
 from plguard.policy import load_policy
 
 
@@ -31,6 +31,8 @@ def main() -> None:
     ap.add_argument("--test", type=int, default=0)
     ap.add_argument("--no-dev", action="store_true")
     ap.add_argument("--sources", default=None, help="corpus sources, comma-separated")
+    ap.add_argument("--layers", default=None,
+                    help="layers kept, as `plguard heads fit --layers` takes them")
     ap.add_argument("--prefix-only", action="store_true",
                     help="requests only, their prefix and pool states alone (no questions, "
                     "no pairs)")
@@ -39,7 +41,7 @@ def main() -> None:
     backend = load_backend(cfg.grounder_model)
     specs = [s for p in a.policies.split(",") for s in load_policy(p).predicates]
     store = FeatureStore(default_store_path(backend))
-    ex = Extractor(backend, specs, cfg.grounding, store, default_layers(backend.n_layers),
+    ex = Extractor(backend, specs, cfg.grounding, store, parse_layers(a.layers, backend.n_layers),
                    questions=not a.prefix_only, pairs=not a.prefix_only, pool=True)
     if not a.no_dev:
         dev = load_corpus(*([tuple(a.sources.split(","))] if a.sources else []),

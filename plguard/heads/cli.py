@@ -52,6 +52,10 @@ def add_heads_commands(subparsers: Any) -> None:
                    "(categories.yaml) together, as one multinomial regression on the prefix "
                    "state, so categories compete and the right one ranks first more often "
                    "(one-vs-rest heads by default).")
+    p.add_argument("--layers", metavar="SPEC",
+                   help="Layers whose states are extracted and tried: numbers and ranges "
+                   "(4-9,28) or 'all'. Default: five from a third of the depth to the top. "
+                   "States are cached per layer set: another set forwards the corpus again.")
     p.add_argument("--no-lodo", action="store_true",
                    help="Skip the leave-one-source-out report.")
     p.add_argument("--quiet", action="store_true", help="No progress bar.")
@@ -73,7 +77,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     opts = FitOptions(sources=tuple(s.strip() for s in args.sources.split(",") if s.strip()),
                       limit_per_source=args.limit_per_source, readouts=readouts,
                       lodo=not args.no_lodo, progress=not args.quiet,
-                      joint_categories=args.joint_categories,
+                      joint_categories=args.joint_categories, layers=args.layers,
                       scopes=("request", "response") if args.scope == "both" else (args.scope,),
                       **({} if args.cost_margin is None else {"cost_margin": args.cost_margin}))
     out = Path(args.out or f"heads-{Path(config.policy).name}.json")

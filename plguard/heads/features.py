@@ -42,6 +42,31 @@ def default_layers(n_layers: int) -> tuple[int, ...]:
     return tuple(sorted({max(1, round(f * n_layers)) for f in LAYER_FRACTIONS}))
 
 
+def parse_layers(spec: str | None, n_layers: int) -> tuple[int, ...]:
+    """The layers a ``--layers`` setting names: ``all``, or numbers and ranges (``4-9,28``).
+
+    None or empty: :func:`default_layers`. Layers count from 1 (the first block's output)
+    to ``n_layers`` (the last).
+    """
+    if spec is None or not spec.strip():
+        return default_layers(n_layers)
+    if spec.strip() == "all":
+        return tuple(range(1, n_layers + 1))
+    out: set[int] = set()
+    for part in spec.split(","):
+        lo, _, hi = part.strip().partition("-")
+        try:
+            a, b = int(lo), int(hi or lo)
+        except ValueError:
+            raise ConfigError(f"--layers: {part.strip()!r} is not a layer number or range "
+                              "(e.g. 4-9,28, or all)") from None
+        if not 1 <= a <= b <= n_layers:
+            raise ConfigError(f"--layers: {part.strip()!r} is outside this model's layers "
+                              f"1-{n_layers}")
+        out.update(range(a, b + 1))
+    return tuple(sorted(out))
+
+
 def model_key(backend: Any) -> str:
     """What identifies a backend's weights in feature keys: content hash, else bare id."""
     from plguard.grounding import backend_identity
@@ -289,4 +314,5 @@ def _chunks(xs: Sequence[Any], n: int) -> Iterator[Sequence[Any]]:
 
 
 __all__ = ["LAYER_FRACTIONS", "POOL", "PREFIX", "Extractor", "Feature", "FeatureStore",
-           "default_layers", "default_store_path", "feature_key", "model_key", "unique_specs"]
+           "default_layers", "default_store_path", "feature_key", "model_key", "parse_layers",
+           "unique_specs"]

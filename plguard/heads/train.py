@@ -14,7 +14,7 @@ from plguard.config import GuardConfig
 from plguard.errors import ConfigError
 from plguard.heads.artefact import READOUTS
 from plguard.heads.corpus import SOURCES, load_corpus
-from plguard.heads.features import Extractor, FeatureStore, default_layers, default_store_path
+from plguard.heads.features import Extractor, FeatureStore, default_store_path, parse_layers
 from plguard.heads.fit import (
     COST_MARGIN,
     PredicateFit,
@@ -39,6 +39,9 @@ class FitOptions:
     # The category rules' request predicates share one multinomial (plguard.heads.joint)
     # instead of one-vs-rest heads; prefix or pool readout, chosen with the layer.
     joint_categories: bool = False
+    # Layers whose states are extracted and tried (``--layers``: numbers, ranges or
+    # "all"); None: default_layers, a spread from a third of the depth to the top.
+    layers: str | None = None
 
 
 @dataclass
@@ -71,7 +74,8 @@ def fit_heads(config: GuardConfig, out: str | Path, options: FitOptions | None =
         items = [it for it in items if it.response is None]
     store = FeatureStore(default_store_path(gb))
     # Only the readouts asked for are extracted: prefix heads need no question forwarded.
-    ex = Extractor(gb, policy.predicates, config.grounding, store, default_layers(gb.n_layers),
+    ex = Extractor(gb, policy.predicates, config.grounding, store,
+                   parse_layers(opts.layers, gb.n_layers),
                    questions="question" in opts.readouts,
                    pairs="pair_prefix" in opts.readouts, pool="pool" in opts.readouts)
     t1 = time.perf_counter()

@@ -48,6 +48,19 @@ def test_gold_labels_of_corpus_items():
     assert refuses and all(v == 0.0 for v in refuses)
 
 
+def test_layers_setting_names_numbers_ranges_or_all():
+    from plguard.errors import ConfigError
+    from plguard.heads.features import default_layers, parse_layers
+
+    assert parse_layers(None, 28) == default_layers(28) == (9, 14, 19, 23, 28)
+    assert parse_layers("all", 4) == (1, 2, 3, 4)
+    assert parse_layers("9, 4-6,5", 28) == (4, 5, 6, 9)
+    with pytest.raises(ConfigError, match="'29' is outside this model's layers 1-28"):
+        parse_layers("4,29", 28)
+    with pytest.raises(ConfigError, match="'x' is not a layer number"):
+        parse_layers("x", 28)
+
+
 @pytest.mark.slow
 def test_heads_fit_cli_writes_a_file_the_guard_applies(tmp_path, capsys):
     from plguard.cli import main
@@ -56,10 +69,12 @@ def test_heads_fit_cli_writes_a_file_the_guard_applies(tmp_path, capsys):
     out = tmp_path / "heads-minimal.json"
     # XSTest is never cut by a limit: leave it out to keep this test to ~80 forwards.
     assert main(["heads", "fit", "--policy", "minimal", "--sources", "ailuminate,coconot",
-                 "--limit-per-source", "40", "--quiet", "--out", str(out)]) == 0
+                 "--limit-per-source", "40", "--layers", "3,28-30", "--quiet",
+                 "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "request_is_harmful" in printed and str(out) in printed
     doc = json.loads(out.read_text())
+    assert doc["layers"] == [3, 28, 29, 30]  # what was extracted, tried and is read
     assert doc["training"]["split"] == "dev"
     assert set(doc["training"]["licences"]) == {"ailuminate", "coconot"}
     assert "response_refuses" in doc["zero_shot"]  # CoCoNot's answers are all compliant
