@@ -68,6 +68,23 @@ def test_crossfit_scores_are_not_in_sample():
     assert np.allclose(m[:, k], 1 / (1 + np.exp(-0.5)))
 
 
+def test_a_prompt_sample_scores_only_its_pairs():
+    """--pairs-limit: a seeded sample of prompts; only their pairs are scored, each once."""
+    from plguard.evals.heads.thresholds import crossfit_matrix, sample_prompts
+    from plguard.policy import load_policy
+
+    policy = load_policy("minimal")
+    items = load_corpus(["xstest"])
+    keep = sample_prompts(items, 20)
+    assert keep is not None and len(keep) == 20 and sample_prompts(items, 20) == keep
+    assert sample_prompts(items, 10_000) is None and sample_prompts(items, None) is None
+    ex = _Extractor(items)
+    hf = _heads(["request_is_harmful", "response_refuses"], C=1.0)
+    pairs, m = crossfit_matrix(policy, ex, items, hf, prompt_ids=keep)
+    assert {p.prompt_id for p in pairs} == keep and len(pairs) == 100
+    assert not np.isnan(m).any()  # every sampled pair has a fold and a score
+
+
 @pytest.mark.slow
 def test_calibration_for_heads_is_refused_without_them(embedded_backend_bf16, tmp_path):
     import hashlib

@@ -77,16 +77,28 @@ def _design(head: Head, hf: HeadsFile, ex: Extractor, rows: Sequence[Sequence[st
     return X, logit
 
 
+def sample_prompts(items: Sequence[CorpusItem], limit: int | None, seed: int = SEED
+                   ) -> set[str] | None:
+    """A seeded ``limit`` of the XSTest prompts whose pairs are scored (None: all of them)."""
+    ids = sorted({it.prompt_id for it in items if it.source == "xstest"})
+    if limit is None or limit >= len(ids):
+        return None
+    order = np.random.default_rng(seed).permutation(len(ids))
+    return {ids[i] for i in order[:limit]}
+
+
 def crossfit_matrix(policy: Any, ex: Extractor, items: Sequence[CorpusItem], hf: HeadsFile,
-                    folds: int = FOLDS, seed: int = SEED
+                    folds: int = FOLDS, seed: int = SEED, prompt_ids: set[str] | None = None
                     ) -> tuple[list[CorpusItem], np.ndarray]:
     """The XSTest dev pairs of ``items`` and their cross-fitted P per predicate.
 
     A predicate without a head keeps its raw zero-shot P(True) (no fitting involved).
+    ``prompt_ids``: score only these prompts' pairs (every item still trains the heads).
     """
     from plguard.heads.fit import fold_head, labels_for
 
-    pairs = [it for it in items if it.source == "xstest" and it.response is not None]
+    pairs = [it for it in items if it.source == "xstest" and it.response is not None
+             and (prompt_ids is None or it.prompt_id in prompt_ids)]
     fold = prompt_folds(pairs, folds, seed)
     prompts = {it.prompt_id: it for it in items
                if it.source == "xstest" and it.response is None}
@@ -151,7 +163,8 @@ def _joint_columns(policy: Any, ex: Extractor, items: Sequence[CorpusItem], hf: 
 
 def threshold_document(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
                        hf: HeadsFile, identity: Mapping[str, Any],
-                       rewrite: Any = None, folds: int = FOLDS) -> dict[str, Any]:
+                       rewrite: Any = None, folds: int = FOLDS,
+                       prompt_ids: set[str] | None = None) -> dict[str, Any]:
     """The calibration document (thresholds only) for ``hf`` on the dev pairs of ``items``."""
     from plguard.calibration import heads_calibration_header
     from plguard.evals.quality.fit import (
@@ -164,7 +177,7 @@ def threshold_document(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
     from plguard.evals.quality.report import fast_auroc
 
     rule = rewrite or RewriteRule()
-    pairs, m = crossfit_matrix(policy, ex, items, hf, folds)
+    pairs, m = crossfit_matrix(policy, ex, items, hf, folds, prompt_ids=prompt_ids)
     rows = [{"label": p.fields["label"], "final_label": p.fields["final_label"],
              "prompt_id": p.prompt_id, "id": p.uid} for p in pairs]
     recs = Records(rows, {})
@@ -175,6 +188,9 @@ def threshold_document(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
         **heads_calibration_header(policy.id, identity, ex.grounder.template_version, hf.path),
         "fitted_on": {"split": ["dev"], "n_pairs": len(pairs),
                       "n_prompts": len({p.prompt_id for p in pairs}),
+                      **({"prompt_sample": f"a seeded {len(prompt_ids)} of the XSTest dev "
+                          f"prompts (seed {SEED}); every dev item trains the heads"}
+                         if prompt_ids else {}),
                       "targets": "XSTest outcomes of the dev pairs, each scored by heads "
                                  f"cross-fitted over {folds} folds of XSTest dev prompts "
                                  "(readout, layer, mode and strength as the heads file "
@@ -189,13 +205,16 @@ def threshold_document(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
 
 def fit_heads_thresholds(config: Any, heads: str | Path, out: str | Path, *,
                          rewrite: Any = None, folds: int = FOLDS, backend: Any = None,
-                         progress: bool = True, target: str | None = None) -> Path:
+                         progress: bool = True, target: str | None = None,
+                         pairs_limit: int | None = None) -> Path:
     """Write the thresholds calibration of heads file ``heads`` for ``config``'s grounder.
 
     ``target`` "moderation": the threshold of requests judged alone
     (plguard.evals.hazards.thresholds); "pairs": the guard's two thresholds on XSTest's
     dev pairs; "both": one file with all three; None: moderation for request-only heads,
-    else pairs.
+    else pairs. ``pairs_limit``: score the pairs of a seeded N of XSTest's dev prompts
+    only (a large model's zero-shot questions on all 675 pairs take hours on a CPU);
+    every dev item still trains the cross-fitted heads.
 
     The corpus is the one the heads were trained on (sources and per-source limit from the
     file's ``training`` record); missing features are extracted (cached, resumable).
@@ -237,6 +256,7 @@ def fit_heads_thresholds(config: Any, heads: str | Path, out: str | Path, *,
     items = load_corpus(tuple(sources or ()), "dev", hf.training.get("limit_per_source"))
     store = FeatureStore(default_store_path(gb))
     layers = hf.layers or default_layers(gb.n_layers)
+    keep = sample_prompts(items, pairs_limit)
     asks = any(h.readout in ("question", "pair_prefix") or h.mode != "head"
                for h in hf.heads.values())
     if asks:
@@ -244,16 +264,22 @@ def fit_heads_thresholds(config: Any, heads: str | Path, out: str | Path, *,
                        pool=hf.reads("pool"))
         ex.run(items, progress=progress)
     else:
-        # Question-free heads train on states alone (one forward per item, the same keys);
-        # only the predicates without a head are asked, and only of XSTest's dev prompts
-        # and pairs, where they are read zero-shot.
+        # Question-free heads train on states alone (one forward per item, the same keys),
+        # of the scopes that have heads (request-only heads need no pair forwarded); only
+        # the predicates without a head are asked, and only of XSTest's dev prompts and
+        # pairs, where they are read zero-shot.
+        headed = {policy.predicate(n).scope for n in hf.heads}
         Extractor(gb, policy.predicates, config.grounding, store, layers, questions=False,
-                  pairs=False, pool=hf.reads("pool")).run(items, progress=progress)
+                  pairs=False, pool=hf.reads("pool")).run(
+            [it for it in items if ("request" if it.response is None else "response") in headed],
+            progress=progress)
         unheaded = [s for s in policy.predicates if s.name not in hf.heads]
         ex = Extractor(gb, unheaded or policy.predicates, config.grounding, store, layers,
                        questions=bool(unheaded), pairs=False, pool=hf.reads("pool"))
-        ex.run([it for it in items if it.source == "xstest"], progress=progress)
-    doc = threshold_document(policy, ex, items, hf, backend_identity(gb), rewrite, folds)
+        ex.run([it for it in items if it.source == "xstest"
+                and (keep is None or it.prompt_id in keep)], progress=progress)
+    doc = threshold_document(policy, ex, items, hf, backend_identity(gb), rewrite, folds,
+                             prompt_ids=keep)
     ex.store.close()
     cf = doc["fitted_on"]["crossfit_auroc"]
     md = (format_fit(doc) + f"\n\nHeads `{doc['heads']['file']}` (sha256 "
@@ -271,4 +297,4 @@ def fit_heads_thresholds(config: Any, heads: str | Path, out: str | Path, *,
 
 
 __all__ = ["TARGETS", "crossfit_matrix", "fit_heads_thresholds", "prompt_folds",
-           "threshold_document"]
+           "sample_prompts", "threshold_document"]

@@ -59,7 +59,7 @@ def _cmd_fit_heads(args: argparse.Namespace) -> int:
 
     path = fit_heads_thresholds(config_from_args(args), args.heads, args.out,
                                 rewrite=_rewrite(args), progress=not args.no_progress,
-                                target=args.target)
+                                target=args.target, pairs_limit=args.pairs_limit)
     print(path.with_suffix(".md").read_text(encoding="utf-8"))
     print(f"calibration file: {path}  (use it with --set grounding.heads={args.heads} "
           f"--set grounding.calibration={path})")
@@ -197,6 +197,11 @@ def add_quality_commands(eval_sub: Any) -> None:
                    "benign dev requests; pairs: the guard's unsafe and over-refusal "
                    "thresholds on XSTest's dev pairs; both: all three in one file. "
                    "Default: moderation for request-only heads, pairs otherwise.")
+    h.add_argument("--pairs-limit", type=positive_int, metavar="N",
+                   help="Score the pairs of a seeded N of XSTest's dev prompts only (of 135, "
+                   "5 answers each): a larger model's zero-shot questions on every pair take "
+                   "hours on a CPU. Every dev item still trains the cross-fitted heads. "
+                   "Default: all.")
     h.add_argument("--no-progress", action="store_true")
     _add_rewrite_cost(h)
     h.set_defaults(func=_cmd_fit_heads)
