@@ -1,0 +1,66 @@
+"""Which layer (or mix of layers) of a model tells the hazards categories apart (dev only).
+
+The joint category heads' recipe (plguard.heads.joint) cross-validated over 5 folds of dev
+request items, on the pool state of every layer, or on named mixes (states concatenated):
+log-loss and top-1 (own category first). Needs every layer's states in the feature store:
+
+    python scripts/results/hazards_layer_scan.py MODEL.gguf single        # one layer at a time
+    python scripts/results/hazards_layer_scan.py MODEL.gguf mix pool@9+28 prefix@28 ...
+
+(the states at every layer are extracted by `scripts/heads_features.py --model MODEL
+--policies hazards --prefix-only --layers all --sources ...`, about 40 min for the 1.5B
+model's 1,936 dev requests on 2 cores).
+"""
+import sys
+import time
+
+import numpy as np
+
+from plguard.backends import load_backend
+from plguard.config import GuardConfig
+from plguard.heads.corpus import load_corpus
+from plguard.heads.features import Extractor, FeatureStore, default_store_path
+from plguard.heads.fit import labels_for
+from plguard.heads.joint import _classes, _log_loss, _oof_logits, category_predicates, top1
+from plguard.policy import load_policy
+
+model = sys.argv[1]
+cfg = GuardConfig.from_dict({"generator": {"path": model}, "policy": "hazards"})
+b = load_backend(cfg.grounder_model)
+pol = load_policy("hazards")
+SOURCES = ("xstest", "ailuminate", "coconot", "coconot_plain", "coconot_hazards", "plguard_s14")
+items = [it for it in load_corpus(SOURCES, "dev") if it.response is None]
+L = list(range(1, b.n_layers + 1))
+ex = Extractor(b, pol.predicates, cfg.grounding, FeatureStore(default_store_path(b)),
+               tuple(L), questions=False, pairs=False, pool=True)
+names = list(category_predicates(pol))
+lab = labels_for(pol, items)
+Y = np.stack([lab[n] for n in names], 1)
+keep = [j for j in range(len(names)) if np.nansum(Y[:, j]) >= 8]
+Y = Y[:, keep]
+rows, cls, wts = _classes(Y)
+feats = ex.store.get([ex.state_key(it, r) for it in items for r in ("prefix", "pool")])
+print(len(feats), "features of", 2 * len(items), flush=True)  # equal texts share a key
+
+
+def X(readout, layers):
+    return np.hstack([np.stack([feats[ex.state_key(it, readout)].states[L.index(la)]
+                                for it in items]) for la in layers]).astype(np.float64)
+
+
+def run(name, x, C=0.03):
+    t = time.time()
+    z = _oof_logits(x, rows, cls, wts, C, len(items))
+    print(f"{name} C={C}: logloss {_log_loss(z, rows, cls, wts):.4f} "
+          f"top1 {top1(z, rows, cls):.3f} ({time.time() - t:.0f}s)", flush=True)
+    return z
+
+
+mode = sys.argv[2] if len(sys.argv) > 2 else "single"
+if mode == "single":
+    for la in L:
+        run(f"pool@{la}", X("pool", (la,)))
+else:
+    for spec in sys.argv[3:]:
+        ro, ls = spec.split("@")
+        run(spec, X(ro, tuple(int(v) for v in ls.split("+"))))
