@@ -12,11 +12,11 @@
 # Stages, in order: features (dev requests, prefix and pool states only), fit (heads for
 # hazards: the categories' request predicates jointly; the fit forwards the answers it
 # needs for response heads), thresholds (the moderation threshold on dev requests scored by
-# cross-fitted heads; embedded: also the guard's on XSTest's dev pairs, likewise), report (heads on every test prompt, flagged at that threshold;
-# zero-shot on a seeded ZS_LIMIT-per-group sample: 16 questions per prompt), ship
-# (embedded only: the heads and threshold become plguard/heads/shipped/embedded-hazards*),
-# xstest (embedded only: hazards beside detailed on XSTest's test part, each with what it
-# ships).
+# cross-fitted heads; also the guard's on XSTest's dev pairs, likewise), report (heads
+# on every test prompt, flagged at that threshold; zero-shot on a seeded
+# ZS_LIMIT-per-group sample: 16 questions per prompt), ship (embedded only: the heads and
+# threshold become plguard/heads/shipped/embedded-hazards*), xstest (hazards beside
+# detailed on XSTest's test part).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 MODEL=${MODEL:-embedded}
@@ -34,24 +34,30 @@ JOINT=${JOINT---joint-categories}
 # Question-free readouts only (one forward per item): the prefix state and the data block's
 # mean (pool); the fit chooses per predicate (the joint fit, for all categories at once).
 READOUTS=${READOUTS:-prefix,pool}
+# Layers extracted and tried (plguard heads fit --layers); empty: the five default ones.
+LAYERS=${LAYERS:-}
 if [ "$MODEL" = embedded ]; then SCOPE=${SCOPE:-both}; else SCOPE=${SCOPE:-request}; fi
-# Thresholds: the moderation one (requests alone) and, on the embedded model, the guard's
-# two on XSTest's dev pairs (its predicates without a head asked of 675 pairs; a larger
-# model's zero-shot response questions there would take hours on 2 cores).
-if [ "$MODEL" = embedded ]; then TARGET=${TARGET:-both}; else TARGET=${TARGET:-moderation}; fi
+# Thresholds: the moderation one (requests alone) and the guard's two on XSTest's dev
+# pairs (its predicates without a head asked of them). A larger model asks its zero-shot
+# response questions of the pairs of a seeded PAIRS_LIMIT dev prompts only (all 135
+# prompts' 675 pairs would take hours on 2 cores).
+TARGET=${TARGET:-both}
+if [ "$MODEL" = embedded ]; then PAIRS_LIMIT=${PAIRS_LIMIT:-}; else PAIRS_LIMIT=${PAIRS_LIMIT:-20}; fi
 mkdir -p "$R"
 
 case "${1:?stage}" in
 features)
   python3 scripts/heads_features.py --model "$MODEL" --policies hazards --prefix-only \
-    --sources $SOURCES ${LIMIT:+--dev-limit $LIMIT} ;;
+    --sources $SOURCES ${LIMIT:+--dev-limit $LIMIT} ${LAYERS:+--layers $LAYERS} ;;
 fit)
   python3 -m plguard heads fit --model "$MODEL" --policy hazards --sources $SOURCES \
     --readouts "$READOUTS" --scope "$SCOPE" $JOINT --quiet ${LIMIT:+--limit-per-source $LIMIT} \
+    ${LAYERS:+--layers $LAYERS} \
     --out "$R/heads-hazards.json" ;;
 thresholds)
   python3 -m plguard eval quality fit-heads --model "$MODEL" --policy hazards \
-    --heads "$R/heads-hazards.json" --target "$TARGET" --out "$R/calibration-hazards.json" ;;
+    --heads "$R/heads-hazards.json" --target "$TARGET" ${PAIRS_LIMIT:+--pairs-limit $PAIRS_LIMIT} \
+    --out "$R/calibration-hazards.json" ;;
 report)
   python3 scripts/results/hazards_report.py --model "$MODEL" --out "$R" --zs-limit "$ZS_LIMIT" \
     --heads-limit "${HEADS_LIMIT:-0}" --run "zero-shot" --run "heads=$R/heads-hazards.json" \
@@ -60,12 +66,25 @@ ship)
   [ "$MODEL" = embedded ] || { echo "stage ship: the embedded model only" >&2; exit 2; }
   cp "$R/heads-hazards.json" plguard/heads/shipped/embedded-hazards.json
   cp "$R/calibration-hazards.json" plguard/heads/shipped/embedded-hazards.calibration.json ;;
-xstest)  # the embedded model only: plguard with hazards beside detailed (each with its
-         # shipped heads, the default) on the embedded drafts of eval/results/xstest-cpu,
-         # XSTest's test part; detailed at the config's thresholds (0.5 / 0.5), hazards at
-         # the guard's thresholds shipped beside its heads (the default with them);
-         # POLICIES="hazards" reruns one (a finished run resumes to nothing)
-  [ "$MODEL" = embedded ] || { echo "stage xstest: the embedded model only" >&2; exit 2; }
+xstest)  # embedded: plguard with hazards beside detailed (each with its shipped heads,
+         # the default) on the embedded drafts of eval/results/xstest-cpu, XSTest's test
+         # part; detailed at the config's thresholds (0.5 / 0.5), hazards at the guard's
+         # thresholds shipped beside its heads (the default with them); POLICIES="hazards"
+         # reruns one (a finished run resumes to nothing).
+         # A larger model: hazards (its heads and dev-fitted thresholds here) on that
+         # model's own drafts of eval/results/xstest-qwen1.5b, whose detailed row is
+         # eval/results/xstest-qwen1.5b-v2's (the same drafts, dev-fitted calibration).
+  if [ "$MODEL" != embedded ]; then
+    XH=eval/results/xstest-$TAG-hazards
+    mkdir -p $XH
+    for f in manifest.json base.jsonl; do [ -e $XH/$f ] || cp eval/results/xstest-$TAG/$f $XH/$f; done
+    python3 -m plguard eval xstest --config configs/measure_qwen1.5b_cpu.yaml --model "$MODEL" \
+      --set "grounder.path=$MODEL" --set grounding.cache=default --policy hazards \
+      --set "grounding.heads=$R/heads-hazards.json" \
+      --set "grounding.calibration=$R/calibration-hazards.json" \
+      --methods plguard --scorers regex --split test --out $XH
+    exit 0
+  fi
   for pol in ${POLICIES:-hazards detailed}; do
     XH=eval/results/xstest-embedded-$pol
     mkdir -p $XH
