@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from plguard.errors import ConfigError
+from plguard.types import Scope
 
 SOURCES: tuple[str, ...] = ("xstest", "ailuminate", "coconot", "coconot_plain")
 LICENCES = {"xstest": "CC-BY-4.0 (prompts); completions under their models' terms",
@@ -72,6 +73,11 @@ class CorpusItem:
     request: str
     response: str | None
     fields: dict[str, Any] = field(default_factory=dict)  # what gold.yaml rules read
+
+    @property
+    def scope(self) -> Scope:
+        """The predicates that read this item: a request's, or a pair's response ones."""
+        return "request" if self.response is None else "response"
 
 
 def data_root(name: str) -> Path:

@@ -222,8 +222,7 @@ class Extractor:
         """
         if not self.with_questions:
             return [self._key(PREFIX, item)]
-        scope: Scope = "request" if item.response is None else "response"
-        return [self._key(q, item) for q in (PREFIX, *self.questions(scope))]
+        return [self._key(q, item) for q in (PREFIX, *self.questions(item.scope))]
 
     def question_key(self, item: CorpusItem, block: str) -> str:
         """The key of the answer state of question ``block`` asked of ``item``.

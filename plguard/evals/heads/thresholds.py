@@ -271,8 +271,7 @@ def fit_heads_thresholds(config: Any, heads: str | Path, out: str | Path, *,
         headed = {policy.predicate(n).scope for n in hf.heads}
         Extractor(gb, policy.predicates, config.grounding, store, layers, questions=False,
                   pairs=False, pool=hf.reads("pool")).run(
-            [it for it in items if ("request" if it.response is None else "response") in headed],
-            progress=progress)
+            [it for it in items if it.scope in headed], progress=progress)
         unheaded = [s for s in policy.predicates if s.name not in hf.heads]
         ex = Extractor(gb, unheaded or policy.predicates, config.grounding, store, layers,
                        questions=bool(unheaded), pairs=False, pool=hf.reads("pool"))
