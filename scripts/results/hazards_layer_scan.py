@@ -20,7 +20,7 @@ from plguard.backends import load_backend
 from plguard.config import GuardConfig
 from plguard.heads.corpus import load_corpus
 from plguard.heads.features import Extractor, FeatureStore, default_store_path
-from plguard.heads.fit import labels_for
+from plguard.heads.fit import MIN_CLASS, labels_for
 from plguard.heads.joint import _classes, _log_loss, _oof_logits, category_predicates, top1
 from plguard.policy import load_policy
 
@@ -36,7 +36,7 @@ ex = Extractor(b, pol.predicates, cfg.grounding, FeatureStore(default_store_path
 names = list(category_predicates(pol))
 lab = labels_for(pol, items)
 Y = np.stack([lab[n] for n in names], 1)
-keep = [j for j in range(len(names)) if np.nansum(Y[:, j]) >= 8]
+keep = [j for j in range(len(names)) if np.nansum(Y[:, j]) >= MIN_CLASS]  # as the joint fit
 Y = Y[:, keep]
 rows, cls, wts = _classes(Y)
 feats = ex.store.get([ex.state_key(it, r) for it in items for r in ("prefix", "pool")])
