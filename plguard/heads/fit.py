@@ -137,7 +137,8 @@ def fit_policy_heads(policy: Any, extractor: Extractor, items: Sequence[CorpusIt
                      *, readouts: Sequence[str] = READOUTS, lodo: bool = True,
                      cost_margin: float = COST_MARGIN,
                      scopes: Sequence[str] = ("request", "response"),
-                     skip: Collection[str] = ()) -> list[PredicateFit]:
+                     skip: Collection[str] = (),
+                     labels: Mapping[str, np.ndarray] | None = None) -> list[PredicateFit]:
     """Fit a head for each predicate of ``policy`` on stored features of ``items``.
 
     Readout and layer go by cross-validated AUROC, except that one riding on the pair's
@@ -148,7 +149,7 @@ def fit_policy_heads(policy: Any, extractor: Extractor, items: Sequence[CorpusIt
     ``scopes`` keep their zero-shot reading; those in ``skip`` are left to the caller
     (plguard.heads.joint fits them together) and come back unfitted. An extractor without
     questions allows the question-free readouts only (and no zero-shot feature: ``mode`` is
-    always ``head``).
+    always ``head``). ``labels``: :func:`labels_for` of ``items``, where the caller has them.
     """
     if not extractor.with_questions:
         readouts = [r for r in readouts if r != "question"]
@@ -159,7 +160,8 @@ def fit_policy_heads(policy: Any, extractor: Extractor, items: Sequence[CorpusIt
         raise ValueError("pair_prefix needs the pair reads, which this extraction skips")
     if not extractor.with_pool and "pool" in readouts:
         raise ValueError("pool needs the pool states, which this extraction skips")
-    labels = labels_for(policy, items)
+    if labels is None:
+        labels = labels_for(policy, items)
     out = []
     for spec in policy.predicates:
         if spec.name in skip:

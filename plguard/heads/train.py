@@ -81,11 +81,13 @@ def fit_heads(config: GuardConfig, out: str | Path, options: FitOptions | None =
     t1 = time.perf_counter()
     forwarded = ex.run(items, progress=opts.progress)
     t2 = time.perf_counter()
+    labels = labels_for(policy, items)  # gold.yaml over the corpus, once for both fits
     fits = fit_policy_heads(policy, ex, items, readouts=opts.readouts, lodo=opts.lodo,
-                            cost_margin=opts.cost_margin, scopes=opts.scopes, skip=joint)
+                            cost_margin=opts.cost_margin, scopes=opts.scopes, skip=joint,
+                            labels=labels)
     summary: dict[str, Any] | None = None
     if joint:
-        jfits, summary = fit_joint_heads(policy, ex, items, labels_for(policy, items), joint,
+        jfits, summary = fit_joint_heads(policy, ex, items, labels, joint,
                                          readouts=[r for r in opts.readouts
                                                    if r in ("prefix", "pool")])
         by_name = {f.name: f for f in jfits}
