@@ -4,10 +4,10 @@
 # model under the plguard cache dir (resumable), so nothing is forwarded twice.
 #
 #   scripts/results/hazards.sh STAGE            # the embedded model
-#   MODEL=/path/to/model.gguf TAG=qwen1.5b LIMIT=200 ZS_LIMIT=3 HEADS_LIMIT=30 \
-#     scripts/results/hazards.sh STAGE
-#   (the 1.5B run on 2 cores: a seeded 200 dev items per source; zero-shot on 3 and heads
-#   on 30 test prompts per group)
+#   MODEL=/path/to/model.gguf TAG=qwen1.5b ZS_LIMIT=3 scripts/results/hazards.sh STAGE
+#   (the 1.5B run on 2 cores: every dev item; zero-shot on 3 test prompts per group, heads
+#   on all; LIMIT=N keeps a seeded N dev items per source, HEADS_LIMIT=N heads on N per
+#   group)
 #
 # Stages, in order: features (dev requests, prefix and pool states only), fit (heads for
 # hazards: the categories' request predicates jointly; the fit forwards the answers it

@@ -6,6 +6,8 @@ log-loss and top-1 (own category first). Needs every layer's states in the featu
 
     python scripts/results/hazards_layer_scan.py MODEL.gguf single        # one layer at a time
     python scripts/results/hazards_layer_scan.py MODEL.gguf mix pool@9+28 prefix@28 ...
+    python scripts/results/hazards_layer_scan.py MODEL.gguf strengths pool@8 pool@9 # C grid
+    python scripts/results/hazards_layer_scan.py MODEL.gguf mlp pool@8 pool@8+9+28  # non-linear
 
 (the states at every layer are extracted by `scripts/heads_features.py --model MODEL
 --policies hazards --prefix-only --layers all --sources ...`, about 40 min for the 1.5B
@@ -56,11 +58,67 @@ def run(name, x, C=0.03):
     return z
 
 
+def mlp_oof(x, epochs, hidden=256, seed=0):
+    """Out-of-fold logits of a one-hidden-layer network, the same folds as the linear fit.
+
+    Is the ceiling the head's linearity? GELU, dropout 0.2 on the input and 0.5 on the
+    hidden layer, AdamW (weight decay 0.01), class-weighted cross-entropy as the joint fit.
+    """
+    import torch
+    from sklearn.model_selection import StratifiedGroupKFold
+
+    from plguard.heads.fit import FOLDS
+
+    K = int(cls.max()) + 1
+    out = np.full((len(items), K), np.nan)
+    for tr, te in StratifiedGroupKFold(FOLDS, shuffle=True, random_state=0).split(
+            rows, cls, groups=rows):
+        torch.manual_seed(seed)
+        fit_items = np.unique(rows[tr])
+        mu, sd = x[fit_items].mean(0), x[fit_items].std(0) + 1e-6
+        xt = torch.tensor((x[rows[tr]] - mu) / sd, dtype=torch.float32)
+        yt, wt = torch.tensor(cls[tr]), torch.tensor(wts[tr], dtype=torch.float32)
+        net = torch.nn.Sequential(torch.nn.Dropout(0.2), torch.nn.Linear(x.shape[1], hidden),
+                                  torch.nn.GELU(), torch.nn.Dropout(0.5),
+                                  torch.nn.Linear(hidden, K))
+        opt = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=1e-2)
+        for _ in range(epochs):
+            perm = torch.randperm(len(xt))
+            for b in range(0, len(perm), 64):
+                ix = perm[b:b + 64]
+                loss = torch.nn.functional.cross_entropy(net(xt[ix]), yt[ix], reduction="none")
+                loss = (loss * wt[ix]).sum() / wt[ix].sum()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        net.eval()
+        te_items = np.unique(rows[te])
+        with torch.no_grad():
+            out[te_items] = net(torch.tensor((x[te_items] - mu) / sd,
+                                             dtype=torch.float32)).numpy()
+    return out
+
+
+def spec_X(spec):
+    ro, ls = spec.split("@")
+    return X(ro, tuple(int(v) for v in ls.split("+")))
+
+
 mode = sys.argv[2] if len(sys.argv) > 2 else "single"
 if mode == "single":
     for la in L:
         run(f"pool@{la}", X("pool", (la,)))
+elif mode == "strengths":  # the fit picks C by log-loss; does another C rank better?
+    for spec in sys.argv[3:]:
+        for C in (0.003, 0.01, 0.03, 0.1, 0.3, 1.0):
+            run(spec, spec_X(spec), C)
+elif mode == "mlp":
+    for spec in sys.argv[3:]:
+        for ep in (20, 40):
+            t = time.time()
+            z = mlp_oof(spec_X(spec), ep)
+            print(f"mlp {spec} epochs={ep}: logloss {_log_loss(z, rows, cls, wts):.4f} "
+                  f"top1 {top1(z, rows, cls):.3f} ({time.time() - t:.0f}s)", flush=True)
 else:
     for spec in sys.argv[3:]:
-        ro, ls = spec.split("@")
-        run(spec, X(ro, tuple(int(v) for v in ls.split("+"))))
+        run(spec, spec_X(spec))
