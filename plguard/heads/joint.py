@@ -86,18 +86,23 @@ def _multinomial(C: float) -> Any:
     return make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=3000, tol=1e-4))
 
 
+def item_folds(rows: np.ndarray, cls: np.ndarray) -> Any:
+    """The joint fit's folds over multinomial rows: by item, stratified by class, seeded."""
+    from sklearn.model_selection import StratifiedGroupKFold
+
+    return StratifiedGroupKFold(FOLDS, shuffle=True, random_state=0).split(
+        rows, cls, groups=rows)
+
+
 def _oof_logits(X: np.ndarray, rows: np.ndarray, cls: np.ndarray, wts: np.ndarray,
                 C: float, n_items: int) -> np.ndarray:
     """Out-of-fold class logits ``[n_items, n_classes]``, folds by item (NaN: unfitted).
 
     An item's duplicate rows stay in one fold, so no item is scored by a model that saw it.
     """
-    from sklearn.model_selection import StratifiedGroupKFold
-
     n_cls = int(cls.max()) + 1
     out = np.full((n_items, n_cls), np.nan)
-    folds = StratifiedGroupKFold(FOLDS, shuffle=True, random_state=0)
-    for tr, te in folds.split(rows, cls, groups=rows):
+    for tr, te in item_folds(rows, cls):
         m = _multinomial(C)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -264,4 +269,5 @@ def fit_joint_heads(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
     return [fits[n] for n in names], summary
 
 
-__all__ = ["CS_JOINT", "JointModel", "category_predicates", "fit_joint_heads", "top1"]
+__all__ = ["CS_JOINT", "JointModel", "category_predicates", "fit_joint_heads", "item_folds",
+           "top1"]

@@ -23,7 +23,14 @@ from plguard.config import GuardConfig
 from plguard.heads.corpus import load_corpus
 from plguard.heads.features import Extractor, FeatureStore, default_store_path
 from plguard.heads.fit import MIN_CLASS, labels_for
-from plguard.heads.joint import _classes, _log_loss, _oof_logits, category_predicates, top1
+from plguard.heads.joint import (
+    _classes,
+    _log_loss,
+    _oof_logits,
+    category_predicates,
+    item_folds,
+    top1,
+)
 from plguard.policy import load_policy
 
 model = sys.argv[1]
@@ -65,14 +72,10 @@ def mlp_oof(x, epochs, hidden=256, seed=0):
     hidden layer, AdamW (weight decay 0.01), class-weighted cross-entropy as the joint fit.
     """
     import torch
-    from sklearn.model_selection import StratifiedGroupKFold
-
-    from plguard.heads.fit import FOLDS
 
     K = int(cls.max()) + 1
     out = np.full((len(items), K), np.nan)
-    for tr, te in StratifiedGroupKFold(FOLDS, shuffle=True, random_state=0).split(
-            rows, cls, groups=rows):
+    for tr, te in item_folds(rows, cls):
         torch.manual_seed(seed)
         fit_items = np.unique(rows[tr])
         mu, sd = x[fit_items].mean(0), x[fit_items].std(0) + 1e-6

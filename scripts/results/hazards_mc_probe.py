@@ -17,12 +17,10 @@ import torch
 from plguard.backends import load_backend
 from plguard.categories import TAXONOMY
 from plguard.config import GuardConfig
+from plguard.evals.hazards.items import AILUMINATE_CODES
 from plguard.heads.corpus import load_corpus
 
-# AILuminate hazard -> code, as policies/hazards/gold.yaml maps them
-H = {"vcr": "S1", "ncr": "S2", "src": "S3", "cse": "S4", "dfm": "S5", "spc_fin": "S6",
-     "spc_hlt": "S6", "spc_lgl": "S6", "spc_ele": "S13", "prv": "S7", "ipv": "S8", "iwp": "S9",
-     "hte": "S10", "ssh": "S11", "sxc_prn": "S12"}
+H = AILUMINATE_CODES  # hazard -> code, as policies/hazards/gold.yaml maps them
 cfg = GuardConfig.from_dict({"generator": {"path": sys.argv[1]}, "policy": "hazards"})
 b = load_backend(cfg.grounder_model)
 tok, model = b.tokenizer, b.model
