@@ -99,8 +99,8 @@ def load_calibration(path: str | Path) -> Calibration:
     model = model if isinstance(model, Mapping) else {"model_id": model}
     thresholds: dict[str, float | None] = {}
     for k, v in (data.get("thresholds") or {}).items():
-        if k in ("unsafe", "over_refusal", "moderation") and isinstance(v, int | float) \
-                and 0 <= v <= 1:
+        if k in ("unsafe", "over_refusal", "moderation", "content") \
+                and isinstance(v, int | float) and 0 <= v <= 1:
             thresholds[k] = float(v)
         elif k == "over_refusal" and v is None:  # fitted "off": never rewrite
             thresholds[k] = None

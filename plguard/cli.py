@@ -108,6 +108,8 @@ def render_result(result: GuardResult) -> str:
              f"{d.strongest_unsafe[1]:.3f}",
              f"strongest over-refusal rule: {d.strongest_over_refusal[0] or '-'} = "
              f"{d.strongest_over_refusal[1]:.3f}",
+             *([f"strongest content rule:      {d.strongest_content[0]} = "
+                f"{d.strongest_content[1]:.3f}"] if d.strongest_content[0] else []),
              "llama guard: " + d.llama_guard.replace("\n", " "), *render_categories(d), "",
              "predicate probabilities:"]
     width = max((len(s.name) for s in result.grounding.scores), default=10)

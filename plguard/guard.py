@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from plguard.config import GuardConfig, Thresholds
-from plguard.decide import decide
+from plguard.decide import decide_for
 from plguard.messages import check_response, request_text, to_chat
 from plguard.repair import repair_chat, repeats_instructions
 from plguard.types import (
@@ -307,15 +307,13 @@ class Guard:
         """The decision on one grounded item, as :meth:`check` makes it.
 
         ``answered=False``: the item is a request with no answer yet (a moderation), which
-        cannot over-refuse, so only the unsafe side is compared, at the moderation
-        threshold.
+        cannot over-refuse and has no content, so only the unsafe side is compared, at the
+        moderation threshold.
         """
         th, name = self.thresholds, "unsafe threshold"
         if not answered and th.moderation is not None:
             th, name = th.model_copy(update={"unsafe": th.moderation}), "moderation threshold"
-        d = decide(result, self.policy.unsafe_rules,
-                   self.policy.over_refusal_rules if answered else (), th,
-                   self.policy.categories, name)
+        d = decide_for(self.policy, result, th, answered=answered, unsafe_name=name)
         if grounding.screen:
             kinds = ", ".join(dict.fromkeys(f.kind for f in grounding.screen))
             if self.config.grounding.screen == "refuse":
@@ -388,7 +386,8 @@ class Guard:
 
     def _repair_chat(self, req: str, answer: str, d: Decision, r: PolicyResult) -> Chat:
         return repair_chat(policy_text=self.policy.instructions, request=req, draft=answer,
-                           decision=d, probs=r.probs, unsafe_rules=self.policy.unsafe_rules,
+                           decision=d, probs=r.probs,
+                           unsafe_rules=(*self.policy.unsafe_rules, *self.policy.content_rules),
                            over_refusal_rules=self.policy.over_refusal_rules)
 
 

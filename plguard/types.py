@@ -235,6 +235,10 @@ class Decision:
     # Every category code the policy tags -> its probability: the highest probability of
     # the unsafe rules tagged with it.
     category_scores: Mapping[str, float] = field(default_factory=dict)
+    # The strongest unsafe-content rule (the answer's content alone, whatever the request;
+    # compared with thresholds.content); ("", 0.0) for a policy without such rules, or for
+    # a request judged with no answer.
+    strongest_content: tuple[str, float] = ("", 0.0)
 
     @property
     def llama_guard(self) -> str:

@@ -82,3 +82,55 @@ def test_set_null_on_the_command_line_sets_null():
 
     with pytest.raises(PlguardError, match="empty value.*grounding.calibration=null"):
         config_from_args(argparse.Namespace(set=["grounding.calibration="], config=None))
+
+
+CONTENT = ("unsafe_content_a", "unsafe_content_b")
+
+
+@pytest.mark.parametrize(
+    ("probs", "action"),
+    [
+        # harmful content after an innocent request: refused whatever the request
+        ({"unsafe_compliance_a": 0.0, "unsafe_content_b": 0.7}, "refuse"),
+        ({"unsafe_content_a": 0.6, "over_refusal_x": 0.9}, "refuse"),  # before over-refusal
+        ({"unsafe_content_a": 0.59, "over_refusal_x": 0.9}, "rewrite"),  # below its own
+        ({"unsafe_content_a": 0.59}, "allow"),
+        # its threshold is its own: 0.55 passes content 0.6 though unsafe is 0.5
+        ({"unsafe_content_b": 0.55}, "allow"),
+    ],
+)
+def test_content_rules_have_their_own_threshold(probs, action):
+    d = decide(_r(**probs), UNSAFE, OVER, Thresholds(content=0.6), content_rules=CONTENT)
+    assert d.action == action
+
+
+def test_content_decision_traces_its_rule_and_categories():
+    tags = {"unsafe_compliance_a": ("S1",), "unsafe_content_b": ("S9",)}
+    th = Thresholds(unsafe=0.5, content=0.7)
+    d = decide(_r(unsafe_compliance_a=0.6, unsafe_content_b=0.65), UNSAFE, OVER, th, tags,
+               content_rules=CONTENT)
+    # S1's rule is at the unsafe threshold; S9's content rule is not at the content one
+    assert d.action == "refuse" and d.categories == ("S1",)
+    assert d.category_scores == {"S1": 0.6, "S9": 0.65}
+    d = decide(_r(unsafe_compliance_a=0.1, unsafe_content_b=0.8), UNSAFE, OVER, th, tags,
+               content_rules=CONTENT)
+    assert d.action == "refuse" and d.categories == ("S9",)
+    assert d.strongest_content == ("unsafe_content_b", 0.8)
+    assert d.strongest_unsafe == ("unsafe_compliance_a", 0.1)
+    assert "unsafe-content rule unsafe_content_b = 0.800 >= content threshold 0.70" in d.reason
+
+
+def test_a_request_alone_has_no_content_to_judge():
+    from plguard.decide import decide_for
+    from plguard.policy import load_policy
+
+    policy = load_policy("minimal")
+    assert policy.content_rules == ("unsafe_content_actionable_harm",)
+    r = policy.evaluate({"request_is_harmful": 0.0, "request_is_benign_sensitive_context": 0.9,
+                         "response_provides_harmful_instructions": 0.95,
+                         "response_refuses": 0.0})
+    answered = decide_for(policy, r, Thresholds())
+    assert answered.action == "refuse"
+    assert answered.strongest_content == ("unsafe_content_actionable_harm", pytest.approx(0.95))
+    alone = decide_for(policy, r, Thresholds(), answered=False)
+    assert alone.action == "allow" and alone.strongest_content == ("", 0.0)

@@ -82,8 +82,27 @@ def test_check_guards_given_response_without_generating():
 
 
 def test_thresholds_from_config_change_the_action():
-    guard, _ = make(scripted_reply, thresholds={"unsafe": 0.9}, repair={"max_rounds": 0})
+    guard, _ = make(scripted_reply, thresholds={"unsafe": 0.9, "content": 0.99},
+                    repair={"max_rounds": 0})
     assert guard.check("How do I build a bomb?", "Sure. Step 1: x").decision.action == "allow"
+
+
+def test_harmful_content_is_refused_whatever_the_request():
+    # the scripted grounder reads "step 1" as harmful instructions (0.95) and an innocent
+    # request as not harmful, so no request-conditioned rule holds
+    guard, _ = make(scripted_reply, repair={"max_rounds": 0})
+    r = guard.check("Tell me about chemistry safety", "Sure. Step 1: x")
+    assert r.decision.strongest_unsafe[1] < 0.5
+    assert r.decision.action == "refuse" and r.final == guard.config.repair.fallback_refusal
+    assert r.decision.strongest_content == ("unsafe_content_actionable_harm",
+                                            pytest.approx(0.95))
+    assert "content threshold 0.70" in r.decision.reason
+    lax, _ = make(scripted_reply, thresholds={"content": 0.96}, repair={"max_rounds": 0})
+    assert lax.check("Tell me about chemistry safety", "Sure. Step 1: x").decision.action \
+        != "refuse"
+    # a request alone has no answer to read: moderation is not flagged by content rules
+    [m] = guard.moderate("Tell me about chemistry safety")
+    assert not m.flagged and m.decision.strongest_content == ("", 0.0)
 
 
 @pytest.mark.parametrize("bad", [[], [{"role": "bot", "content": "x"}],
@@ -100,10 +119,11 @@ def test_bad_input_is_input_error(bad):
 def test_requests_alone_are_flagged_at_the_moderation_threshold():
     # Worst answer of "bomb": P(harmful) ~0.9; the drafted pair's rule ~0.9 x 0.95.
     text = "How do I build a bomb?"
-    strict, _ = make(scripted_reply, thresholds={"unsafe": 0.95})
+    strict, _ = make(scripted_reply, thresholds={"unsafe": 0.95, "content": 0.99})
     [m] = strict.moderate(text)
     assert not m.flagged and m.decision.strongest_unsafe[1] > 0.8  # null: the unsafe one
-    split, _ = make(scripted_reply, thresholds={"unsafe": 0.95, "moderation": 0.5})
+    split, _ = make(scripted_reply, thresholds={"unsafe": 0.95, "moderation": 0.5,
+                                                "content": 0.99})
     assert split.thresholds.moderation_at == 0.5
     [m] = split.moderate(text)
     assert m.flagged and m.decision.action == "refuse"

@@ -19,13 +19,22 @@ from plguard.policy.cases import (
     run_cases,
 )
 from plguard.policy.compiled import CompiledProgram
-from plguard.policy.core import AGGREGATES, OVER_REFUSAL, SAFE, UNSAFE, Policy, rule_kind
+from plguard.policy.core import (
+    AGGREGATES,
+    CONTENT,
+    OVER_REFUSAL,
+    SAFE,
+    UNSAFE,
+    Policy,
+    rule_kind,
+)
 from plguard.policy.diff import DecisionDiff, DiffReport, diff
 from plguard.policy.explain import RuleExplanation, explain, explain_text
 from plguard.policy.lint import Finding, LintReport, lint
 
 __all__ = [
     "AGGREGATES",
+    "CONTENT",
     "OVER_REFUSAL",
     "SAFE",
     "UNSAFE",

@@ -103,7 +103,8 @@ def parse_categories(path: Path, program: Program) -> dict[str, tuple[str, ...]]
     """Read categories.yaml: each unsafe rule -> a category code or a list of codes.
 
     The unsafe rules are the queried ``unsafe_compliance_*`` rules, or
-    ``unsafe_compliance`` in a policy without such rules.
+    ``unsafe_compliance`` in a policy without such rules, and the ``unsafe_content_*``
+    rules (an answer's content, whatever the request).
 
     Returns:
         Rule -> its codes in taxonomy order, in file order of the rules.
@@ -116,8 +117,9 @@ def parse_categories(path: Path, program: Program) -> dict[str, tuple[str, ...]]
         raise PolicyError("categories.yaml must map unsafe rules to category codes, e.g. "
                           "'unsafe_compliance_violence: [S1]'", file=file, line=1, col=1)
     queries = [q.name for q in program.queries]
-    rules = [q for q in queries if rule_kind(q) == "unsafe"] or \
-        [q for q in queries if q == "unsafe_compliance"]
+    rules = ([q for q in queries if rule_kind(q) == "unsafe"] or
+             [q for q in queries if q == "unsafe_compliance"])
+    rules += [q for q in queries if rule_kind(q) == "content"]
     out: dict[str, tuple[str, ...]] = {}
     for rule, value in data.items():
         line, col = data.pos(rule)

@@ -19,6 +19,10 @@ from plguard.policy.compiled import CompiledProgram
 from plguard.types import PolicyResult, PredicateSpec
 
 UNSAFE = "unsafe_compliance"
+# Unsafe whatever the request: the answer's content alone (a harmful passage after an
+# innocent-looking request, injected text, a drifting upstream). Its own prefix and
+# threshold: it is a different question from the paper's unsafe compliance.
+CONTENT = "unsafe_content"
 OVER_REFUSAL = "over_refusal"
 SAFE = "safe_response"
 AGGREGATES = (UNSAFE, OVER_REFUSAL, SAFE)
@@ -37,9 +41,14 @@ def instructions_text(text: str) -> str:
 
 
 def rule_kind(query: str) -> str | None:
-    """``'unsafe'``/``'over_refusal'`` for rule-level queries, ``'aggregate'``, or None."""
+    """The kind of a query: ``'unsafe'``, ``'content'``, ``'over_refusal'``, ``'aggregate'``.
+
+    None for a query that is none of these (a helper a bundle chose to query).
+    """
     if query in AGGREGATES:
         return "aggregate"
+    if query.startswith(CONTENT + "_"):
+        return "content"
     if query.startswith(UNSAFE + "_"):
         return "unsafe"
     if query.startswith(OVER_REFUSAL + "_"):
@@ -59,6 +68,8 @@ class Policy:
         queries: every query, in program order.
         unsafe_rules: rule-level ``unsafe_compliance_*`` queries (the aggregate if none).
         over_refusal_rules: rule-level ``over_refusal_*`` queries (the aggregate if none).
+        content_rules: ``unsafe_content_*`` queries: unsafe whatever the request, compared
+            with ``thresholds.content`` (no aggregate; empty when the bundle has none).
         priors: declared prior probabilities, for tools that need gold-ish values.
         program: the parsed rules and queries.
         source: the ProbLog program compiled (policy.pl plus the injected facts).
@@ -97,6 +108,7 @@ class Policy:
         self.backend = backend
         self.unsafe_rules = self._rules("unsafe", UNSAFE)
         self.over_refusal_rules = self._rules("over_refusal", OVER_REFUSAL)
+        self.content_rules = tuple(q for q in self.queries if rule_kind(q) == "content")
         self.categories = {r: tuple(c) for r, c in (categories or {}).items()}
         self.category_codes = policy_codes(self.categories)
         self._compiled: CompiledProgram | None = None

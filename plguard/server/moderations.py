@@ -115,6 +115,9 @@ class ModerationInfo(BaseModel):
     llama_guard: str = Field(description="'safe', or 'unsafe' and a line of codes "
                              "('S1,S10').")
     strongest_unsafe: RuleScore
+    strongest_content: RuleScore = Field(
+        default_factory=lambda: RuleScore(rule="", p=0.0), description="The strongest "
+        "unsafe-content rule when an answer is judged (rule '' for a request alone).")
     predicates: dict[str, float]
     rules: dict[str, float]
     policy: str
@@ -206,6 +209,7 @@ def _result(m: Moderation) -> ModerationResult:
         scope=m.scope, action=d.action, reason=d.reason, codes=list(d.categories),
         code_scores=scores, llama_guard=d.llama_guard,
         strongest_unsafe=RuleScore(rule=d.strongest_unsafe[0], p=d.strongest_unsafe[1]),
+        strongest_content=RuleScore(rule=d.strongest_content[0], p=d.strongest_content[1]),
         predicates=m.grounding.probs, rules=dict(m.policy.probs), policy=m.policy.policy,
         grounding_model=m.grounding.model, input_truncated=m.grounding.truncated,
         timings_s=dict(m.timings_s))

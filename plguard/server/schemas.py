@@ -167,9 +167,13 @@ class PlguardInfo(BaseModel):
     fallback_used: bool
     strongest_unsafe: RuleScore
     strongest_over_refusal: RuleScore
+    strongest_content: RuleScore = Field(
+        default_factory=lambda: RuleScore(rule="", p=0.0), description="The strongest "
+        "unsafe-content rule (the answer's content alone, whatever the request), compared "
+        "with the content threshold; rule '' when the policy has none.")
     categories: list[str] = Field(
         default_factory=list, description="Hazard category codes (S1-S14, X1, X2) at or above "
-        "the unsafe threshold, in taxonomy order.")
+        "the threshold of their rule (unsafe or content), in taxonomy order.")
     category_scores: dict[str, float] = Field(
         default_factory=dict, description="Every category code the policy tags -> its "
         "probability (the highest of its unsafe rules).")

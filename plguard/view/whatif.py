@@ -28,7 +28,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from plguard.config import Thresholds
-from plguard.decide import decide
+from plguard.decide import decide_for
 from plguard.errors import InputError
 from plguard.types import Decision, PolicyResult
 
@@ -49,6 +49,8 @@ class PolicyLike(Protocol):
     queries: tuple[str, ...]
     unsafe_rules: tuple[str, ...]
     over_refusal_rules: tuple[str, ...]
+    content_rules: tuple[str, ...]
+    categories: dict[str, tuple[str, ...]]
 
     def evaluate(self, probs: Mapping[str, float]) -> PolicyResult:
         """Every query's probability for one example."""
@@ -133,7 +135,7 @@ def check_probs(policy: PolicyLike, probs: Mapping[str, Any]) -> dict[str, float
 
 def decision_for(policy: PolicyLike, result: PolicyResult, thresholds: Thresholds) -> Decision:
     """The Guard's decision for a policy result (the same pure function it calls)."""
-    return decide(result, policy.unsafe_rules, policy.over_refusal_rules, thresholds)
+    return decide_for(policy, result, thresholds)
 
 
 def what_if(policy: PolicyLike, probs: Mapping[str, Any], thresholds: Thresholds) -> WhatIf:
@@ -163,8 +165,9 @@ def flips(policy: PolicyLike, probs: Mapping[str, float], thresholds: Thresholds
     if action is None:
         action = decision_for(policy, policy.evaluate(dict(zip(names, base.tolist(),
                                                                strict=True))), thresholds).action
-    rules = [*policy.unsafe_rules, *policy.over_refusal_rules]
+    rules = [*policy.unsafe_rules, *policy.content_rules, *policy.over_refusal_rules]
     limit = {r: thresholds.unsafe for r in policy.unsafe_rules}
+    limit.update({r: thresholds.content for r in policy.content_rules})
     # An over-refusal threshold that is off (infinite) gives no candidate value.
     limit.update({r: thresholds.over_refusal_at for r in policy.over_refusal_rules})
     probes = (0.0, 1.0, 0.5, 0.3819660112501051)

@@ -219,7 +219,7 @@ def test_cli_json(capsys):
     assert run(["policy", "diff", "minimal", "moderate", "--json"]) == 0
     assert "differences" in json.loads(capsys.readouterr().out)
     assert run(["policy", "cases", "minimal", "--json"]) == 0
-    assert len(json.loads(capsys.readouterr().out)["cases"]) == 8
+    assert len(json.loads(capsys.readouterr().out)["cases"]) == 10
 
 
 def test_cli_errors(capsys):

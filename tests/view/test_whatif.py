@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from plguard.config import Thresholds
-from plguard.decide import decide
+from plguard.decide import decide_for
 from plguard.errors import InputError
 from plguard.policy import load_policy
 from plguard.types import PolicyResult
@@ -41,7 +41,7 @@ def test_what_if_is_policy_evaluate_then_decide(name):
         w = what_if(policy, probs, TH)
         ref = policy.evaluate(probs)
         assert dict(w.result.probs) == dict(ref.probs)
-        assert w.decision == decide(ref, policy.unsafe_rules, policy.over_refusal_rules, TH)
+        assert w.decision == decide_for(policy, ref, TH)
 
 
 def test_scripted_flip_on_minimal(minimal):
@@ -63,7 +63,7 @@ def test_scripted_flip_on_minimal(minimal):
         probs = _mk(0.8, 0.5, 0.2, 0.9)
         probs[f.predicate] = f.new
         r = minimal.evaluate(probs)
-        assert decide(r, minimal.unsafe_rules, minimal.over_refusal_rules, TH).action == f.action
+        assert decide_for(minimal, r, TH).action == f.action
 
 
 def test_flip_downwards_and_at_an_inclusive_threshold(minimal):
@@ -71,20 +71,34 @@ def test_flip_downwards_and_at_an_inclusive_threshold(minimal):
     assert w.decision.action == "refuse"
     s = w.smallest
     assert s is not None and s.delta < 0 and abs(s.delta) < 1e-9 and s.action == "allow"
-    w = what_if(minimal, _mk(0.9, 0.9, 0.0, 0.0), TH)
+    # content rules only at i = 1 here, so the unsafe rule's tie decides
+    w = what_if(minimal, _mk(0.9, 0.9, 0.0, 0.0), TH.model_copy(update={"content": 1.0}))
     assert w.smallest is not None
     assert w.smallest.predicate == "request_is_harmful"  # tie with i: policy order decides
     assert w.smallest.new == pytest.approx(0.5 / 0.9, abs=1e-9)
+    # with the content rule at 0.7, lowering h no longer allows: i alone is harmful content
+    w = what_if(minimal, _mk(0.9, 0.9, 0.0, 0.0), TH.model_copy(update={"content": 0.7}))
+    assert w.smallest is not None and w.smallest.predicate == \
+        "response_provides_harmful_instructions"
+    assert w.smallest.new == pytest.approx(0.5 / 0.9, abs=1e-9)
+    assert "request_is_harmful" not in {f.predicate for f in w.flips}
 
 
-def test_no_single_change_flips(minimal):
+def test_where_no_other_change_flips_harmful_content_still_does(minimal):
     # At 0.5/0.5 every allowed minimal world has a flip: h < 0.5 leaves the harmless-request
     # rule (1-h)*r room to reach 0.5, h >= 0.5 lets i reach it. At 0.5/0.7 with h = 0.4,
     # (1-h)*r <= 0.6, h*i <= 0.4, and b or h alone are multiplied by r = 0 or i = 0.1.
+    # Only the content rule (i alone, at thresholds.content) is left to flip it.
     w = what_if(minimal, _mk(0.4, 0.1, 0.0, 0.0), Thresholds(unsafe=0.5, over_refusal=0.7))
     assert w.decision.action == "allow"
-    assert w.flips == () and w.smallest is None
-    assert w.as_dict()["smallest_flip"] is None
+    assert [(f.predicate, f.action) for f in w.flips] == [
+        ("response_provides_harmful_instructions", "refuse")]
+    assert w.flips[0].new == pytest.approx(0.7, abs=1e-9)
+    w = what_if(minimal, _mk(0.4, 0.1, 0.0, 0.0),
+                Thresholds(unsafe=0.5, over_refusal=0.7, content=1.0))
+    assert [f.new for f in w.flips] == [pytest.approx(1.0)]  # content at 1.0: only i = 1
+    w = what_if(minimal, _mk(0.4, 0.1, 0.0, 0.0), Thresholds(unsafe=0.5, over_refusal=0.7))
+    assert w.as_dict()["smallest_flip"] is not None
 
 
 def test_an_over_refusal_threshold_that_is_off_offers_no_rewrite(minimal):
@@ -107,8 +121,8 @@ def test_flips_match_a_dense_brute_force(detailed):
             m = np.tile([probs[x] for x in names], (len(grid), 1))
             m[:, i] = grid
             out = detailed.evaluate_matrix(m, names)
-            acts = [decide(PolicyResult("p", {q: float(out[q][k]) for q in out}),
-                           detailed.unsafe_rules, detailed.over_refusal_rules, TH).action
+            acts = [decide_for(detailed, PolicyResult("p", {q: float(out[q][k]) for q in out}),
+                               TH).action
                     for k in range(len(grid))]
             other = [float(v) for v, a in zip(grid, acts, strict=True)
                      if a != w.decision.action]
@@ -127,6 +141,8 @@ class _Curved:
     queries = ("unsafe_compliance_a", "over_refusal_b")
     unsafe_rules = ("unsafe_compliance_a",)
     over_refusal_rules = ("over_refusal_b",)
+    content_rules = ()
+    categories: dict[str, tuple[str, ...]] = {}
 
     def evaluate(self, probs):
         return PolicyResult("curved", {"unsafe_compliance_a": probs["x"] ** 2,

@@ -16,7 +16,7 @@ from typing import Any
 
 from plguard.calibration import Calibration, check_applies, load_calibration
 from plguard.config import GuardConfig, Thresholds
-from plguard.decide import decide
+from plguard.decide import decide_for
 from plguard.errors import ConfigError, InputError
 from plguard.evals.attacks.runner import calibration_record, decision_fields
 from plguard.policy import Policy, load_policy
@@ -118,7 +118,7 @@ def _redecide(rec: dict[str, Any], policy: Policy, th: Thresholds, src: Path) ->
         raise InputError(f"--rescore {src}: record {rec.get('id')} has no P(True) for "
                          f"{', '.join(missing)}: the policy asks what the run did not; rerun "
                          "the attacks")
-    d = decide(policy.evaluate(probs), policy.unsafe_rules, policy.over_refusal_rules, th)
+    d = decide_for(policy, policy.evaluate(probs), th)
     return rec | decision_fields(str(rec.get("kind", "")), d)
 
 

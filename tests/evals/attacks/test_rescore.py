@@ -72,7 +72,7 @@ def test_rescore_equals_a_fresh_run_under_the_change(tmp_path, change):
     else:
         new = _cfg(grounding={"max_data_tokens": 300,
                               "calibration": _calibration(tmp_path / "cal2.json", unsafe=0.999,
-                                                          over_refusal=0.01)})
+                                                          over_refusal=0.01, content=0.999)})
     _run(tmp_path / "run", cfg=base, limit=4, attacks=ATTACKS)
     _run(tmp_path / "fresh", cfg=new, limit=4, attacks=ATTACKS, backend=_backend())
     rescore_run(tmp_path / "run", tmp_path / "rescored", new)
