@@ -84,6 +84,9 @@ def add_eval_commands(subparsers: Any) -> None:
 
     add_quality_commands(sub)
     add_attack_commands(sub)
+    from plguard.evals.content.cli import add_content_commands
+
+    add_content_commands(sub)
 
     x = sub.add_parser("xstest", help="Run (or resume) the four methods on XSTest and score "
                        "them; a rerun skips finished records.")
