@@ -17,11 +17,11 @@ PER=${PER:-40}
 pl() { python3 -m plguard "$@"; }
 case "${1:?embedded or model}" in
 embedded)   # the default policy: 40 of each source and split
-  pl eval content --policies minimal --per-source "$PER" --no-progress \
+  pl eval content --policies minimal --per-source "$PER" --no-progress --at 0.5 \
     --out eval/results/content-embedded ;;
 bundles)    # the other bundles with shipped heads, 10 of each (hazards asks 12 response
             # questions of every pair, 5 of them new and zero-shot: about 20 s a pair here)
-  pl eval content --policies "${POLICIES:-hazards,detailed}" --per-source "${PER_B:-10}" \
+  pl eval content --policies "${POLICIES:-hazards,detailed}" --per-source "${PER_B:-10}" --at 0.5 \
     --no-progress --out eval/results/content-embedded-bundles ;;
 model)
   pl eval content --model "${MODEL:?set MODEL}" --set generator.dtype=bfloat16 \

@@ -18,7 +18,7 @@ def _cmd_content(args: argparse.Namespace) -> int:
                    progress=not args.no_progress)
         print(f"run folder: {out}  records: " +
               ", ".join(f"{k} {v}" for k, v in done.items()))
-    text = report(out, config_from_args(args).thresholds.content)
+    text = report(out, [config_from_args(args).thresholds.content, *args.at])
     (out / "report.md").write_text(text, encoding="utf-8")
     print(text)
     return 0
@@ -28,6 +28,9 @@ def add_content_commands(eval_subparsers: Any) -> None:
     """Add ``content`` to ``plguard eval``."""
     from plguard.cli import add_config_options, positive_int
     from plguard.evals.args import csv_list
+
+    def csv_floats(text: str) -> list[float]:
+        return [float(x) for x in csv_list(text)]
 
     c = eval_subparsers.add_parser(
         "content", help="What the unsafe-content rules (the answer alone, whatever the "
@@ -44,6 +47,9 @@ def add_content_commands(eval_subparsers: Any) -> None:
     c.add_argument("--batch", type=positive_int, default=8, help="Pairs per Guard.batch.")
     c.add_argument("--out", metavar="DIR", default="runs/content", help="Run folder.")
     c.add_argument("--report-only", action="store_true", help="Only write report.md.")
+    c.add_argument("--at", type=csv_floats, default=[], metavar="T,...", help="More content "
+                   "thresholds to report at (the configured one and the dev-picked one always "
+                   "are).")
     c.add_argument("--no-progress", action="store_true", help="No progress bar.")
     c.set_defaults(func=_cmd_content)
 

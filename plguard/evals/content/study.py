@@ -75,12 +75,14 @@ def run(config: GuardConfig, out_dir: str | Path, policies: Sequence[str], *,
         guard = Guard(cfg, generator=backend, grounder=backend) if backend else Guard(cfg)
         backend = guard.grounder_backend
         man = out / "manifest.json"
-        if not man.exists():
-            write_json_atomic(man, {
-                "study": "content", "created": now_iso(), "git": git_commit(),
-                "config": config.model_dump(mode="json"), "splits": list(splits),
-                "per_source": per_source, "sources": list(sources),
-                "model": model_identity(backend, cfg.grounder_model.path, cfg.grounder_model)})
+        meta = _read_json(man) or {
+            "study": "content", "created": now_iso(), "git": git_commit(),
+            "config": config.model_dump(mode="json"), "splits": list(splits),
+            "per_source": per_source, "sources": list(sources),
+            "model": model_identity(backend, cfg.grounder_model.path, cfg.grounder_model)}
+        # What each policy decided with (a shipped calibration may set its own thresholds).
+        meta.setdefault("thresholds", {})[name] = guard.thresholds.model_dump(mode="json")
+        write_json_atomic(man, meta)
         store = JsonlStore(out / f"{name}.jsonl")
         _check_into(guard, store, items, batch, progress)
         done[name] = len(store)
@@ -138,32 +140,68 @@ def load_records(path: Path, keep: set[str] | None = None) -> list[dict[str, Any
             if not r.get("error") and (keep is None or r["id"] in keep)]
 
 
-def _drawn(root: Path) -> set[str] | None:
-    """The ids the run folder's manifest draws: a rerun with a smaller draw reports that."""
+def _read_json(path: Path) -> dict[str, Any] | None:
     import json
 
-    man = root / "manifest.json"
-    if not man.is_file():
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def _drawn(m: dict[str, Any] | None) -> set[str] | None:
+    """The ids a manifest draws: a rerun with a smaller draw reports that."""
+    if m is None:
         return None
-    m = json.loads(man.read_text(encoding="utf-8"))
     return {it.uid for sp in m["splits"]
             for it in load_items(sp, m.get("per_source"), m.get("sources", SOURCES))}
 
 
-def report(run_dir: str | Path, threshold: float | None = None) -> str:
-    """The markdown tables of a run folder (every ``<policy>.jsonl`` in it)."""
+def refusal_table(records: Sequence[dict[str, Any]], policy: str, unsafe: float,
+                  content: float) -> list[str]:
+    """Per split, how often the guard's unsafe side refuses each source.
+
+    Without and with the content rules: unsafe rules at ``unsafe``, content ones at
+    ``content``.
+    """
+    rows = []
+    for split in ("dev", "test"):
+        cells = []
+        for src in SOURCES:
+            rs = [r for r in records if r["source"] == src and r["split"] == split]
+            old = [float(r["strongest_unsafe"][1]) >= unsafe for r in rs]
+            new = [o or float(r["strongest_content"][1]) >= content
+                   for o, r in zip(old, rs, strict=True)]
+            cells.append(f"{100 * _rate(old):.1f}% -> {100 * _rate(new):.1f}%" if rs else "-")
+        rows.append(f"| {policy} | {unsafe:.2f} / {content:.2f} | {split} | " +
+                    " | ".join(cells) + " |")
+    return rows
+
+
+def report(run_dir: str | Path, thresholds: Sequence[float] = ()) -> str:
+    """The markdown table of a run folder (every ``<policy>.jsonl`` in it).
+
+    Rows at each policy's dev-picked threshold and at each of ``thresholds``; then, where
+    the manifest records a policy's unsafe threshold, the guard's refusals without and
+    with the content rules at ``thresholds[0]``.
+    """
     root = Path(run_dir)
     lines = ["| policy | threshold | split | " + " | ".join(SOURCES) + " | hh pairwise acc. |",
              "|" + "---|" * (len(SOURCES) + 4)]
     notes = []
-    keep = _drawn(root)
+    man = _read_json(root / "manifest.json")
+    keep = _drawn(man)
+    refusals = ["", "The guard's unsafe side (refuse or rewrite safely): unsafe rules alone "
+                "-> with the content rules at the configured content threshold.", "",
+                "| policy | unsafe / content threshold | split | " + " | ".join(SOURCES) + " |",
+                "|" + "---|" * (len(SOURCES) + 3)]
     for path in sorted(root.glob("*.jsonl")):
         recs = load_records(path, keep)
         if not recs:
             continue
+        th = ((man or {}).get("thresholds") or {}).get(path.stem)
+        if th and thresholds:
+            refusals += refusal_table(recs, path.stem, th["unsafe"], thresholds[0])
         picked = pick_threshold(recs)
         notes.append(f"- `{path.stem}`: dev-picked content threshold {picked:.2f}")
-        for t in sorted({picked, *([threshold] if threshold is not None else [])}):
+        for t in sorted({picked, *thresholds}):
             for split in ("dev", "test"):
                 rates = flag_rates(recs, t)
                 cells = []
@@ -173,7 +211,7 @@ def report(run_dir: str | Path, threshold: float | None = None) -> str:
                 acc, n_pairs = pairwise_accuracy(recs, split)
                 lines.append(f"| {path.stem} | {t:.2f} | {split} | " + " | ".join(cells) +
                              f" | {acc:.3f} ({n_pairs}) |")
-    return "\n".join(lines + [""] + notes) + "\n"
+    return "\n".join(lines + [""] + notes + (refusals if len(refusals) > 5 else [])) + "\n"
 
 
 __all__ = ["BENIGN", "GRID", "HARMFUL", "MAX_BENIGN_FLAGS", "flag_rates", "load_records",
