@@ -153,10 +153,12 @@ class GroundingConfig(_Strict):
                           "overlapping windows, every part read, combined per predicate by "
                           "its `windows:` rule. Off: the middle is cut (see unseen).")
     window_tokens: int | None = Field(
-        None, ge=32, description="Size of each window when a response is windowed (default: "
-        "the response's whole share of max_data_tokens). Smaller windows keep a short passage "
-        "from being diluted by the text around it, at the cost of more windows; responses "
-        "that fit are read whole either way.")
+        256, ge=32, description="Size of the windows a response longer than this is read in "
+        "(each window with the request), even when the whole would fit max_data_tokens: a "
+        "short harmful passage in a long answer is then not diluted by the text around it "
+        "(a `windows: max` predicate takes its worst window). More windows cost more "
+        "grounding. null: only a response over its share of max_data_tokens is windowed, in "
+        "windows of that share.")
     window_overlap: int = Field(64, ge=0, description="Tokens shared by consecutive windows, "
                                 "so a passage up to this long is always whole in one of them.")
     unseen: Literal["prior", "refuse"] = Field(
@@ -237,6 +239,13 @@ class StreamConfig(_Strict):
     overlap_tokens: int = Field(50, ge=0, description="Tokens shared by consecutive stream "
                                 "windows, so a passage up to this long is whole in one of "
                                 "them.")
+    hold_fraction: float = Field(
+        0.5, ge=0, le=1, description="A window allowed but with its strongest unsafe or "
+        "unsafe-content rule at or above this fraction of that rule's threshold is held "
+        "back, with all that follows, until the whole draft's final check: text is released "
+        "only while it reads clearly safe, so a harmful passage whose opening window is "
+        "still ambiguous does not leak its first words. 1: release every allowed window; 0: "
+        "release nothing before the final check.")
     mode: Literal["buffered", "audit"] = Field(
         "buffered", description="buffered: text is released only after its window is "
         "allowed (nothing unchecked ever leaves). audit: text is sent as it is generated and "

@@ -297,12 +297,14 @@ class Grounder:
         n_resp = 0 if resp is None else self.backend.count_tokens(resp)
         b_req, b_resp = split_budget(n_req, n_resp, budget)
         req, cut_req = self.backend.truncate_text(req, b_req) if n_req > b_req else (req, False)
-        if resp is None or n_resp <= b_resp:
+        size = min(b_resp, self.cfg.window_tokens or b_resp)
+        # Windows smaller than the budget are read whenever the response is longer than one:
+        # a short harmful passage in a long answer is not diluted by the text around it.
+        if resp is None or n_resp <= size or (n_resp <= b_resp and not self.cfg.windows):
             return [_View(req, resp, cut_req, request, response)]
         if not self.cfg.windows:
             resp, _ = self.backend.truncate_text(resp, b_resp)
             return [_View(req, resp, True, request, response, unseen=True)]
-        size = min(b_resp, self.cfg.window_tokens or b_resp)
         wins = self.backend.window_text(resp, size, self.cfg.window_overlap)
         # Each window is its own cache entry: the key names the window and the split.
         return [_View(req, w, cut_req, request,

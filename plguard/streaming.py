@@ -17,7 +17,14 @@ How a stream is guarded (mode ``buffered``, the default):
    first text is released early), the window (the new text plus ``stream.overlap_tokens``
    of what came before) is grounded, reasoned and decided exactly as :meth:`Guard.check` decides a
    response (the request-scope scores are the memoised ones). Its text is released only
-   once that decision is not a refusal. A refusal cancels generation at once and the stream
+   once that decision is not a refusal, and not its tail (the last ``overlap_tokens``, at
+   most half the window): that goes out only once the next window has read it with what
+   follows, so a passage that starts at the end of an allowed window is judged whole. A
+   window ends at the last word boundary within its size once the next boundary has
+   arrived, so where windows end depends on the draft, not on how its pieces arrived.
+   A window allowed but near a refusal (its strongest unsafe or unsafe-content rule at
+   ``stream.hold_fraction`` of its threshold or more) releases nothing more: the rest waits
+   for the final check. A refusal cancels generation at once and the stream
    ends with the refusal, or with the ordinary repair when nothing was released yet.
 3. At the end the whole draft gets the ordinary decision (``Guard.check``'s grounding and
    decision code) before its held-back tail is released, so a stream refuses every draft the
@@ -142,7 +149,7 @@ class GuardedStream:
         self.checked = 0  # chars of the draft inside an allowed window
         self.win_start = 0  # where the next window starts (overlap included)
         self.windows = 0
-        self.hold = False  # a window asked for a rewrite before any release: hold it all
+        self.hold = False  # release nothing more before the final check (see _windows)
         self.timings: dict[str, float] = {}
         self.t0 = 0.0
 
@@ -298,11 +305,23 @@ class GuardedStream:
                 return v
             if v.decision.action == "rewrite" and not self.sent:
                 self.hold = True  # over-refusing from the start: repaired at the end
+            if self._doubtful(v.decision):
+                self.hold = True  # the final check on the whole draft decides the rest
+            # The window's tail goes out only once the next window has read it with what
+            # follows: a passage that starts at the end of an allowed window is judged whole.
+            held = self._word_start_before(
+                cut, min(self.cfg.overlap_tokens, self._count(window) // 2))
             self.checked = cut
-            self.win_start = self._overlap_start(cut)
+            self.win_start = self._word_start_before(cut, self.cfg.overlap_tokens)
             if not self.hold:
-                yield from self._release(cut)
+                yield from self._release(held)
         return None
+
+    def _doubtful(self, d: Decision) -> bool:
+        """Whether an allowed window is near a refusal (``stream.hold_fraction``)."""
+        th, frac = self.guard.thresholds, self.cfg.hold_fraction
+        return (d.strongest_unsafe[1] >= frac * th.unsafe
+                or d.strongest_content[1] >= frac * th.content)
 
     def _window_due(self, final: bool) -> int | None:
         """Where the next window to check ends, or None when none is due yet.
@@ -328,11 +347,15 @@ class GuardedStream:
         if not spaces:
             return len(self.text) if n >= 2 * size else None
         fits = _last(spaces, lambda p: self._count(self.text[self.win_start:p]) <= size)
+        if fits is not None and fits == spaces[-1] and n < 2 * size:
+            # No word boundary past it yet: the window could still end a word later, so
+            # wait. Where a window ends is then a function of the draft, not of how its
+            # pieces arrived.
+            return None
         return spaces[0] if fits is None else fits
 
-    def _overlap_start(self, cut: int) -> int:
-        """The latest word start before ``cut`` with ``overlap_tokens`` tokens up to it."""
-        want = self.cfg.overlap_tokens
+    def _word_start_before(self, cut: int, want: int) -> int:
+        """The latest word start in the window before ``cut`` with ``want`` tokens up to it."""
         if want == 0:
             return cut
         starts = [i for i in range(self.win_start, cut) if self.text[i] in _SPACES]

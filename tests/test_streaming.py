@@ -147,7 +147,9 @@ def test_a_small_first_window_releases_early_and_leaks_nothing(canary_at):
     assert len(windows[0]) <= 4  # the first window is the small one
     if canary_at is None:
         assert not end.blocked
-        assert chunks[0].text.split() == windows[0]  # released once those words passed
+        # released once those words passed, all but the window's tail (half of it here,
+        # under the 5-token overlap), which waits for the next window to read it too
+        assert chunks[0].text.split() == windows[0][:len(windows[0]) - len(windows[0]) // 2]
         assert len(windows[1]) > 8  # later windows are full size
     else:
         assert_blocked_without_leak(chunks, end, guard)

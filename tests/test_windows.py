@@ -148,6 +148,7 @@ def test_window_tokens_caps_each_window(embedded_backend):
     preds = load_policy("minimal").predicates
     answer = _long_answer(20)
     whole = Grounder(embedded_backend, preds, GroundingConfig(max_data_tokens=400,
+                                                              window_tokens=None,
                                                               paraphrases=False))
     small = Grounder(embedded_backend, preds, GroundingConfig(
         max_data_tokens=400, window_tokens=120, window_overlap=40, paraphrases=False))
@@ -157,8 +158,12 @@ def test_window_tokens_caps_each_window(embedded_backend):
     for r in reqs:
         body = r.prefix.split("<<<RESPONSE>>>\n")[1].split("\n<<<END RESPONSE>>>")[0]
         assert embedded_backend.count_tokens(body) <= 120
-    # A response that fits its share is read whole, however small the windows.
+    # A response no longer than one window is read whole; one longer than a window is
+    # windowed even where the whole would fit the budget (no dilution of a short passage).
     assert len(small.windows("Hi", "A short answer.")) == 1
+    fits = _long_answer(6)
+    assert 120 < embedded_backend.count_tokens(escape_data(fits)) <= 300
+    assert len(whole.windows("Hi", fits)) == 1 and len(small.windows("Hi", fits)) >= 2
     # Windows of another size are other cache entries; the default keeps the key format
     # that caches written before window_tokens existed use.
     n_req = embedded_backend.count_tokens("Hi")

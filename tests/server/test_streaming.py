@@ -51,8 +51,9 @@ def _tokens(chat: Any) -> list[str]:
     return PLAIN
 
 
-def _guard(minimal_policy, backend: ScriptedStreamBackend) -> Guard:
-    return Guard(GuardConfig.from_dict(STREAM_CFG), generator=backend, policy=minimal_policy)
+def _guard(minimal_policy, backend: ScriptedStreamBackend, **overrides: Any) -> Guard:
+    return Guard(GuardConfig.from_dict(STREAM_CFG, **overrides), generator=backend,
+                 policy=minimal_policy)
 
 
 def _p_true(prefix: str, suffix: str) -> float:
@@ -272,13 +273,15 @@ def _upstream(pieces: list[str], delay_s: float = 0.005) -> FastAPI:
 
 def test_upstream_mode_streams_the_upstreams_draft_and_closes_it_on_a_block(minimal_policy):
     local = ScriptedStreamBackend(["local draft: never used"], p_true=scripted_p_true)
-    guard = _guard(minimal_policy, local)
+    # The content rules off (the scripted "step 1" is harmful content after any request;
+    # tests/test_content_leak.py covers them): here the request decides.
+    guard = _guard(minimal_policy, local, **{"thresholds.content": 1.0})
     up = _upstream(HARMFUL)
     with LiveServer(up) as up_server:
         settings = ServerConfig(upstream_url=f"{up_server.url}/v1", upstream_model="up-model")
         with LiveServer(build_app(guard, settings)) as server:
             # The upstream streams the same pieces for every request: "step 1" in answer to
-            # a harmless request is allowed, in answer to a harmful one it is blocked.
+            # a harmless request is allowed (content rules off), to a harmful one blocked.
             allowed, raw = _ask(server, "Tell me about the history of tea.")
             up.state.gone.clear()
             blocked = list(_client(server).chat.completions.create(
