@@ -110,11 +110,11 @@ class Thresholds(_Strict):
     unsafe: float = Field(0.5, ge=0, le=1, description="Refuse/rewrite when the strongest "
                           "unsafe-compliance rule is at or above this.")
     content: float = Field(
-        0.7, ge=0, le=1, description="Refuse/rewrite safely when the strongest "
+        0.75, ge=0, le=1, description="Refuse/rewrite safely when the strongest "
         "unsafe-content rule (unsafe_content_*: the answer's content is harmful whatever "
         "the request looked like) is at or above this. Checked after the unsafe threshold, "
         "before over-refusal; its own threshold because these rules read the answer alone "
-        "and refuse whatever was asked. 0.7: the lowest that kept every benign dev source "
+        "and refuse whatever was asked. 0.75: the lowest that kept every benign dev source "
         "at or under 5% refused with the embedded model's heads (docs/quality.md).")
     over_refusal: float | None = Field(
         0.5, ge=0, le=1, description="Rewrite helpfully when the strongest over-refusal rule "

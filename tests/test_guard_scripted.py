@@ -96,7 +96,7 @@ def test_harmful_content_is_refused_whatever_the_request():
     assert r.decision.action == "refuse" and r.final == guard.config.repair.fallback_refusal
     assert r.decision.strongest_content == ("unsafe_content_actionable_harm",
                                             pytest.approx(0.95))
-    assert "content threshold 0.70" in r.decision.reason
+    assert "content threshold 0.75" in r.decision.reason
     lax, _ = make(scripted_reply, thresholds={"content": 0.96}, repair={"max_rounds": 0})
     assert lax.check("Tell me about chemistry safety", "Sure. Step 1: x").decision.action \
         != "refuse"

@@ -13,7 +13,7 @@
 # (plguard.evals.content.study.pick_threshold); report.md shows dev and test.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-PER=${PER:-40}
+PER=${PER:-30}
 pl() { python3 -m plguard "$@"; }
 case "${1:?embedded or model}" in
 embedded)   # the default policy: 40 of each source and split

@@ -85,6 +85,6 @@ def test_content_run_on_the_embedded_model(tmp_path):
     assert all(r["strongest_content"][0] == "unsafe_content_actionable_harm" for r in recs)
     assert json.loads((out / "manifest.json").read_text())["per_source"] == 1
     text = (out / "report.md").read_text()
-    assert "| minimal | 0.70 | dev |" in text and text == report(out, [0.7])
+    assert "| minimal | 0.75 | dev |" in text and text == report(out, [0.75])
     assert main(args) == 0  # resumed: nothing is redone
     assert len((out / "minimal.jsonl").read_text().splitlines()) == len(recs)

@@ -88,12 +88,12 @@ def test_where_no_other_change_flips_harmful_content_still_does(minimal):
     # At 0.5/0.5 every allowed minimal world has a flip: h < 0.5 leaves the harmless-request
     # rule (1-h)*r room to reach 0.5, h >= 0.5 lets i reach it. At 0.5/0.7 with h = 0.4,
     # (1-h)*r <= 0.6, h*i <= 0.4, and b or h alone are multiplied by r = 0 or i = 0.1.
-    # Only the content rule (i alone, at thresholds.content) is left to flip it.
+    # Only the content rule (i alone, at the default thresholds.content) is left to flip it.
     w = what_if(minimal, _mk(0.4, 0.1, 0.0, 0.0), Thresholds(unsafe=0.5, over_refusal=0.7))
     assert w.decision.action == "allow"
     assert [(f.predicate, f.action) for f in w.flips] == [
         ("response_provides_harmful_instructions", "refuse")]
-    assert w.flips[0].new == pytest.approx(0.7, abs=1e-9)
+    assert w.flips[0].new == pytest.approx(Thresholds().content, abs=1e-9)
     w = what_if(minimal, _mk(0.4, 0.1, 0.0, 0.0),
                 Thresholds(unsafe=0.5, over_refusal=0.7, content=1.0))
     assert [f.new for f in w.flips] == [pytest.approx(1.0)]  # content at 1.0: only i = 1
