@@ -51,7 +51,7 @@ def decide(
     u_tags = {r: tags[r] for r in unsafe_rules if r in tags}
     c_tags = {r: tags[r] for r in content_rules if r in tags}
     scores = {c: 0.0 for c in policy_codes(tags)}
-    scores.update({c: p for c, p in category_scores(result.probs, {**u_tags, **c_tags}).items()})
+    scores.update(category_scores(result.probs, {**u_tags, **c_tags}))
     cats = in_order({*categories_at(category_scores(result.probs, u_tags), thresholds.unsafe),
                      *categories_at(category_scores(result.probs, c_tags), thresholds.content)})
     if unsafe[0] and unsafe[1] >= thresholds.unsafe:

@@ -11,6 +11,7 @@ dev-only rule picks (:func:`pick_threshold`).
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -141,8 +142,6 @@ def load_records(path: Path, keep: set[str] | None = None) -> list[dict[str, Any
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
-    import json
-
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
