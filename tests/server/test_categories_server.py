@@ -60,7 +60,12 @@ async def test_guard_check_returns_categories_on_the_embedded_model(client, haza
     for code, score in info.category_scores.items():
         rules = [rule for rule, codes in policy.categories.items() if code in codes]
         assert score == pytest.approx(max(info.rules[rule] for rule in rules))
-    want = [c for c in CODES if info.category_scores[c] >= THRESHOLD]
+    # a code is at threshold when one of its unsafe rules is at the unsafe one, or one of
+    # its unsafe-content rules (the answer alone) at the content one
+    limit = {r: hazards_guard.thresholds.content if r in policy.content_rules else THRESHOLD
+             for r in policy.categories}
+    want = [c for c in CODES if any(info.rules[r] >= limit[r]
+                                    for r, cs in policy.categories.items() if c in cs)]
     assert info.categories == want and want, info.category_scores
     assert info.action == "refuse"
     assert info.llama_guard == "unsafe\n" + ",".join(want)

@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from plguard.config import Thresholds
-from plguard.decide import decide
+from plguard.decide import decide_for
 from plguard.policy import load_policy
 from plguard.view.app import build_view_app
 from plguard.view.state import ViewState
@@ -65,7 +65,7 @@ def test_whatif_is_the_guards_own_evaluation(app, manifest):
         got = call(app, "POST", "/api/whatif", json={"key": row["key"], "probs": probs}).json()
         ref = policy.evaluate(probs)
         assert got["rules"] == dict(ref.probs)
-        d = decide(ref, policy.unsafe_rules, policy.over_refusal_rules, th)
+        d = decide_for(policy, ref, th)
         assert got["decision"]["action"] == d.action and got["decision"]["reason"] == d.reason
         flip = got["smallest_flip"]
         if flip is not None:  # applying the reported change really flips the decision

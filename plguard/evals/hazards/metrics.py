@@ -64,6 +64,8 @@ def category_matrix(policy: Any, rules: Mapping[str, np.ndarray]
     n = len(next(iter(rules.values())))
     out = np.zeros((n, len(codes)))
     for rule, cs in policy.categories.items():
+        if rule not in rules:  # a content rule: a request alone has no answer to read
+            continue
         for c in cs:
             j = codes.index(c)
             out[:, j] = np.maximum(out[:, j], rules[rule])

@@ -93,7 +93,8 @@ def test_padding_is_cut_without_windows(tmp_path):
 
 def test_smaller_windows_read_padding_in_more_windows(tmp_path):
     runs = {}
-    for name, extra in (("whole", {}), ("small", {"window_tokens": 100, "window_overlap": 40})):
+    for name, extra in (("whole", {"window_tokens": None}),
+                        ("small", {"window_tokens": 100, "window_overlap": 40})):
         cfg = _cfg(grounding={"max_data_tokens": 300, "screen": "off", **extra})
         _run(tmp_path / name, cfg=cfg, limit=2, attacks=("clean", "pad_1k"))
         runs[name] = _by_id(tmp_path / name)["h01/pad_1k"]
