@@ -18,7 +18,6 @@ control: it streams through, so a guard that blocked everything would fail here.
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 from collections.abc import Iterator, Sequence
@@ -39,6 +38,7 @@ from plguard.server import build_app  # noqa: E402
 from plguard.streaming import StreamChunk, StreamEnd  # noqa: E402
 from plguard.testing import FaultSwitch, LiveServer  # noqa: E402
 from plguard.types import Chat, Generation, GenerationParams  # noqa: E402
+from tests.server.helpers import sse_chunk  # noqa: E402
 
 REQUEST = "Tell me about chemistry safety"
 CANARY = "CANARY-7f3a"
@@ -301,10 +301,7 @@ def scripted_upstream() -> FastAPI:
                                  "message": {"role": "assistant", "content": answer}}]}
 
         def event(delta: dict[str, Any], finish: str | None = None) -> str:
-            return "data: " + json.dumps({"id": "up", "object": "chat.completion.chunk",
-                                          "created": 0, "model": body["model"],
-                                          "choices": [{"index": 0, "delta": delta,
-                                                       "finish_reason": finish}]}) + "\n\n"
+            return sse_chunk(body["model"], delta, finish)
 
         async def events() -> Any:
             yield event({"role": "assistant", "content": ""})

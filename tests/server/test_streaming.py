@@ -29,6 +29,7 @@ from plguard.config import ServerConfig  # noqa: E402
 from plguard.server import build_app  # noqa: E402
 from plguard.testing import LiveServer, ScriptedStreamBackend  # noqa: E402
 from tests.scripted import scripted_p_true  # noqa: E402
+from tests.server.helpers import sse_chunk  # noqa: E402
 
 from .fuzz_inputs import check_stream  # noqa: E402
 
@@ -248,10 +249,7 @@ def _upstream(pieces: list[str], delay_s: float = 0.005) -> FastAPI:
             return JSONResponse({"error": {"message": "upstream exploded"}}, status_code=500)
 
         def event(delta: dict[str, Any], finish: str | None = None) -> str:
-            return "data: " + json.dumps({"id": "up", "object": "chat.completion.chunk",
-                                          "created": 0, "model": body["model"],
-                                          "choices": [{"index": 0, "delta": delta,
-                                                       "finish_reason": finish}]}) + "\n\n"
+            return sse_chunk(body["model"], delta, finish)
 
         async def events() -> Any:
             try:
