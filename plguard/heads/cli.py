@@ -23,8 +23,9 @@ def add_heads_commands(subparsers: Any) -> None:
         "fit", help="Fit heads for a policy on the shipped training corpus (dev split).",
         description="Extract the grounding model's hidden states for the corpus (cached "
         "under the plguard cache dir; an interrupted run resumes), fit one head per "
-        "predicate (readout and layer chosen by cross-validation on the training data), "
-        "and write a heads file (JSON) with a Markdown report beside it. Use it with "
+        "predicate (readout, layer, strength and head vs zero-shot chosen by the worst "
+        "leave-one-source-out AUROC), and write a heads file (JSON), a Markdown report and "
+        "the source x source matrix (*.sources.json) beside it. Use it with "
         "--set grounding.heads=FILE.")
     p.add_argument("--out", metavar="FILE.json", help="Heads file to write (default: "
                    "heads-<policy>.json in the current folder).")
@@ -56,8 +57,28 @@ def add_heads_commands(subparsers: Any) -> None:
                    help="Layers whose states are extracted and tried: numbers and ranges "
                    "(4-9,28) or 'all'. Default: five from a third of the depth to the top. "
                    "States are cached per layer set: another set forwards the corpus again.")
+    p.add_argument("--drafts", type=positive_int, metavar="N",
+                   help="Let the generator answer N dev prompts of every kind (round-robin "
+                   "over source and label) and train the response heads on those pairs "
+                   "beside the other models' answers. Each answer's refusal is read by the "
+                   "XSTest string match and by minimal's response_refuses head; pairs where "
+                   "they disagree are dropped and counted (plguard.heads.drafts). Drafts are "
+                   "stored as they are made: a rerun, or a larger N, reuses them.")
+    p.add_argument("--drafts-file", metavar="FILE.jsonl",
+                   help="Where drafts are stored (default: <heads file stem>.drafts.jsonl "
+                   "beside the heads file).")
     p.add_argument("--no-lodo", action="store_true",
-                   help="Skip the leave-one-source-out report.")
+                   help="Skip the source x source matrix (the choice is still made by "
+                   "leave-one-source-out).")
+    p.add_argument("--augment", type=int, metavar="N", default=0,
+                   help="Phrasing augmentation: up to N rewrites of each training request "
+                   "(imperative/question, short/long, casing, a system prompt, an earlier "
+                   "turn; plguard.heads.augment), same labels, held out with their source "
+                   "(default 0: none).")
+    p.add_argument("--zero-shot-limit", type=int, metavar="N", default=40,
+                   help="Readouts without the question read no zero-shot P(True): ask the "
+                   "questions of N items per source (seeded), the floor a head must beat on "
+                   "its worst held-out source (default 40; 0: chance is the floor).")
     p.add_argument("--quiet", action="store_true", help="No progress bar.")
     add_config_options(p)
     p.set_defaults(func=_cmd_fit)
@@ -77,16 +98,24 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     opts = FitOptions(sources=tuple(s.strip() for s in args.sources.split(",") if s.strip()),
                       limit_per_source=args.limit_per_source, readouts=readouts,
                       lodo=not args.no_lodo, progress=not args.quiet,
+                      zero_shot_limit=max(0, args.zero_shot_limit),
+                      augment=max(0, args.augment),
                       joint_categories=args.joint_categories, layers=args.layers,
                       scopes=("request", "response") if args.scope == "both" else (args.scope,),
+                      drafts=args.drafts or 0, drafts_file=args.drafts_file,
                       **({} if args.cost_margin is None else {"cost_margin": args.cost_margin}))
     out = Path(args.out or f"heads-{Path(config.policy).name}.json")
     s = fit_heads(config, out, opts)
     for f in s.fits:
         zs = "" if math.isnan(f.zero_shot_auroc) else f" (zero-shot {f.zero_shot_auroc:.3f})"
-        what = (f"zero-shot ({f.skipped})" if f.head is None else
-                f"{f.readout}@{f.layer} {f.mode}: CV AUROC {f.cv_auroc:.3f}{zs}")
+        what = (f"zero-shot ({f.why or f.skipped})" if f.head is None else
+                f"{f.choice} {f.readout}@{f.layer}: worst held-out source "
+                f"{f.worst_source} {f.cv_auroc:.3f}{zs}")
         print(f"  {f.name:48s} {what}")
+    d = s.drafts
+    if d:
+        print(f"  drafts: {d['kept']} of {d['n']} kept, {d['dropped_disagreements']} dropped "
+              f"(refusal readings disagreed), {d['failed']} failed: {d['file']}")
     print(f"wrote {s.path} and {s.report} ({s.seconds})")
     return 0
 

@@ -31,14 +31,24 @@ Nor is ``plguard_s14``: 100 requests written by the plguard developers for Llama
 S14 (code interpreter abuse), which no public set we have labels: 50 ``unsafe``, 50
 ``safe`` coding look-alikes (CC0; ``eval/data/plguard_s14/SOURCE.md`` says what little
 they can show).
+
+``hh_harmless`` (MIT, Anthropic HH-RLHF harmless-base test set; ``eval/data/hh-harmless``)
+holds *pairs* of replies: the last human turn of a red-team conversation and its two final
+assistant replies, ``rejected`` judged more harmful than ``chosen`` by the annotators.
+Neither is labelled on its own (fields ``pair``/``pair_role``, no ``label``: every gold
+rule leaves them unknown); a bundle's ``gold.yaml`` lists under ``pairwise:`` the response
+predicates the pairs train (plguard.heads.fit: a pairwise loss beside the pointwise one).
+Split by the conversation's text (``hh_split``), as the content study does.
 """
 
 from __future__ import annotations
 
 import csv
+import gzip
 import hashlib
 import json
 import random
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,7 +62,9 @@ LICENCES = {"xstest": "CC-BY-4.0 (prompts); completions under their models' term
             "ailuminate": "CC-BY-4.0 (MLCommons AILuminate v1.0 demo prompt set)",
             "coconot": "MIT (AllenAI CoCoNot)", "coconot_plain": "MIT (AllenAI CoCoNot)",
             "coconot_hazards": "MIT (AllenAI CoCoNot)",
-            "plguard_s14": "CC0-1.0 (written by the plguard developers)"}
+            "plguard_s14": "CC0-1.0 (written by the plguard developers)",
+            "hh_harmless": "MIT (Anthropic HH-RLHF, harmless-base test set)",
+            "drafts": "the guarded model's own answers to the corpus prompts above"}
 AILUMINATE_FILE = "airr_official_1.0_demo_en_us_prompt_set_release.csv"
 COCONOT_SAFETY = ("dangerous or sensitive topics", "privacy violations",
                   "triggers for offensive language")
@@ -61,6 +73,7 @@ COCONOT_HAZARDS = ("misinformation", "copyright violations", "wildchats", "false
 SPLIT_SEED = 20261201
 UNLIMITED = ("xstest",)  # sources a per-source limit leaves whole
 DEV_FRACTION = 0.5
+_TURN = re.compile(r"\n\n(Human|Assistant): ")
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,9 +263,51 @@ def _plguard_s14(split: str) -> Iterable[CorpusItem]:
                                     "harm": frozenset()})
 
 
+def hh_split(context: str) -> str:
+    """Dev or test for an hh-harmless conversation (by its text; see its SOURCE.md)."""
+    return "dev" if int(hashlib.sha256(context.encode()).hexdigest()[:8], 16) % 2 == 0 \
+        else "test"
+
+
+def hh_turns(text: str) -> list[tuple[str, str]]:
+    """``(speaker, text)`` turns of an hh-harmless transcript."""
+    parts = _TURN.split(text)
+    return [(parts[i], parts[i + 1].strip()) for i in range(1, len(parts) - 1, 2)]
+
+
+def hh_pairs(split: str) -> Iterable[tuple[int, str, str, str]]:
+    """``(row, last human turn, chosen reply, rejected reply)`` of one split's conversations.
+
+    Conversations whose transcripts do not end in a human turn and a non-empty reply on
+    both sides are skipped.
+    """
+    path = data_root("hh-harmless") / "harmless-base-test.jsonl.gz"
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        for i, line in enumerate(fh):
+            row = json.loads(line)
+            turns = {k: hh_turns(row[k]) for k in ("chosen", "rejected")}
+            if any(len(t) < 2 or t[-1][0] != "Assistant" or t[-2][0] != "Human"
+                   for t in turns.values()):
+                continue
+            context = row["chosen"][:row["chosen"].rfind("\n\nAssistant: ")]
+            if split != "all" and hh_split(context) != split:
+                continue
+            yield i, turns["chosen"][-2][1], turns["chosen"][-1][1], turns["rejected"][-1][1]
+
+
+def _hh_harmless(split: str) -> Iterable[CorpusItem]:
+    for i, request, chosen, rejected in hh_pairs(split):
+        if not (chosen and rejected) or chosen == rejected:
+            continue  # an identical pair says nothing
+        for role, reply in (("chosen", chosen), ("rejected", rejected)):
+            yield CorpusItem(f"hh_harmless/{i}/{role}", "hh_harmless", f"hh/{i}", request,
+                             reply, {"pair": f"hh/{i}", "pair_role": role,
+                                     "type": "hh_harmless", "harm": frozenset()})
+
+
 _LOADERS = {"xstest": _xstest, "ailuminate": _ailuminate, "coconot": _coconot,
             "coconot_plain": _coconot_plain, "coconot_hazards": _coconot_hazards,
-            "plguard_s14": _plguard_s14}
+            "plguard_s14": _plguard_s14, "hh_harmless": _hh_harmless}
 
 
 def load_corpus(sources: Sequence[str] = SOURCES, split: str = "dev",
@@ -273,11 +328,14 @@ def load_corpus(sources: Sequence[str] = SOURCES, split: str = "dev",
     for s in sources:
         items = list(_LOADERS[s](split))
         if limit_per_source is not None and s not in UNLIMITED:
-            items.sort(key=lambda it: hashlib.sha256(f"{seed}:{it.uid}".encode()).digest())
-            items = items[:limit_per_source]
+            # A pair's two replies count as one item and stay together.
+            keys = sorted({it.fields.get("pair", it.uid) for it in items},
+                          key=lambda k: hashlib.sha256(f"{seed}:{k}".encode()).digest())
+            keep = set(keys[:limit_per_source])
+            items = [it for it in items if it.fields.get("pair", it.uid) in keep]
         out.extend(items)
     return out
 
 
-__all__ = ["LICENCES", "SOURCES", "CorpusItem", "data_root", "load_corpus", "load_split",
-           "make_split", "read_rows", "split_keys"]
+__all__ = ["LICENCES", "SOURCES", "CorpusItem", "data_root", "hh_pairs", "hh_split",
+           "hh_turns", "load_corpus", "load_split", "make_split", "read_rows", "split_keys"]

@@ -3,16 +3,15 @@
 For every predicate of a policy, labels come from the bundle's ``gold.yaml`` rules applied
 to each corpus item's fields (plguard.heads.corpus); items whose value no rule derives are
 left out of that head, and a predicate with fewer than :data:`MIN_CLASS` items of either
-class keeps its zero-shot reading. Candidates are each (readout, layer) the features hold,
-ranked by the cross-validated AUROC of an L2 logistic regression on standardised features
-at one moderate strength; the winner's strength is then chosen by stratified k-fold
-cross-validation on the training data only (scikit-learn ``LogisticRegressionCV``,
-AUROC). The winner is tried once more with the zero-shot logit as an extra feature
-(``mode: both``), kept only if that raises the cross-validated AUROC. The head's Platt
-map is fitted on its out-of-fold scores, so its probabilities are not in-sample ones.
+class keeps its zero-shot reading. Response predicates the bundle lists under
+``pairwise:`` also learn from preference pairs (a pairwise loss, plguard.heads.select).
 
-A leave-one-source-out report (each source scored by a head fitted on the others) shows
-shortcut features of one data set.
+Every choice is made for transfer, by **leave-one-source-out** (plguard.heads.select):
+the (readout, layer) with the best *worst* held-out source at one moderate strength, then
+the strength there the same way; then head, zero-shot or a blend of the two (``mode:
+both``), never one that falls below zero-shot on its own worst held-out source. The head's
+Platt map is fitted on its held-out scores. Each fit records its held-out metric per
+source, the train-source x test-source matrix, and which choice won and why.
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -27,14 +27,27 @@ import numpy as np
 from plguard.heads.artefact import FORMAT, READOUTS, encode_vector
 from plguard.heads.corpus import LICENCES, CorpusItem
 from plguard.heads.features import Extractor
+from plguard.heads.select import (
+    BLEND_WEIGHTS,
+    C_GRID,
+    QUICK_C,
+    Data,
+    Linear,
+    Scored,
+    blend,
+    fit_linear,
+    heldout_metrics,
+    loso_scores,
+    rank_key,
+    source_matrix,
+    spread,
+    worst,
+)
 from plguard.types import PredicateSpec
 
 MIN_CLASS = 8
 FOLDS = 5
-COST_MARGIN = 0.01  # CV AUROC a question-asking readout must gain over a one-forward one
-CS = 8  # regularisation strengths tried per candidate (log-spaced, scikit-learn's grid)
-FPR = 0.05
-QUICK_C = 0.05  # the strength candidates are ranked at (standardised features)
+COST_MARGIN = 0.01  # held-out AUROC a question-asking readout must gain over a one-forward one
 
 
 @dataclass
@@ -52,7 +65,17 @@ class PredicateFit:
     mode: str = ""
     C: float = math.nan
     candidates: dict[str, float] = field(default_factory=dict)
-    lodo: dict[str, dict[str, float]] = field(default_factory=dict)
+    n_pairs: int = 0  # preference pairs the head was also trained on
+    heldout: dict[str, float] = field(default_factory=dict)  # source -> held-out metric
+    zero_shot_heldout: dict[str, float] = field(default_factory=dict)
+    worst_source: str = ""
+    not_held_out: list[str] = field(default_factory=list)
+    blends: dict[str, float] = field(default_factory=dict)  # head weight -> worst source
+    matrix: dict[str, dict[str, float]] = field(default_factory=dict)  # train -> test
+    choice: str = ""  # head, zero-shot, or a blend
+    why: str = ""
+    why_groups: str = ""  # set when folds stood in for sources
+    seen: dict[str, dict[str, int]] = field(default_factory=dict)  # source -> counts
     head: dict[str, Any] | None = None
     skipped: str = ""
 
@@ -62,42 +85,6 @@ def auroc(y: np.ndarray, s: np.ndarray) -> float:
     from sklearn.metrics import roc_auc_score
 
     return float(roc_auc_score(y, s)) if 0 < y.sum() < len(y) else math.nan
-
-
-def _model(cv: int) -> Any:
-    from sklearn.linear_model import LogisticRegressionCV
-    from sklearn.model_selection import StratifiedKFold
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-
-    return make_pipeline(StandardScaler(), LogisticRegressionCV(
-        Cs=CS, cv=StratifiedKFold(cv, shuffle=True, random_state=0), scoring="roc_auc",
-        max_iter=2000, tol=1e-3))
-
-
-def _cv_score(X: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    """(best mean cross-validated AUROC over the C grid, that C)."""
-    import warnings
-
-    with warnings.catch_warnings():  # scikit-learn 1.9 announces 1.10's attribute changes
-        warnings.simplefilter("ignore", FutureWarning)
-        m = _model(FOLDS).fit(X, y)
-    lr = m[-1]
-    scores = np.asarray(lr.scores_[1]).mean(axis=0)
-    return float(scores.max()), float(lr.Cs_[int(scores.argmax())])
-
-
-def _quick_score(X: np.ndarray, y: np.ndarray) -> float:
-    """Cross-validated AUROC at one moderate strength: ranks candidates cheaply.
-
-    Choosing the strength per candidate costs a grid of fits each; the readout and layer
-    are chosen at :data:`QUICK_C` and only the winner gets its strength chosen.
-    """
-    from sklearn.model_selection import StratifiedKFold, cross_val_predict
-
-    z = cross_val_predict(fixed_model(QUICK_C), X, y, method="decision_function",
-                          cv=StratifiedKFold(FOLDS, shuffle=True, random_state=0))
-    return auroc(y, z)
 
 
 def fixed_model(C: float) -> Any:
@@ -138,7 +125,9 @@ def fit_policy_heads(policy: Any, extractor: Extractor, items: Sequence[CorpusIt
                      cost_margin: float = COST_MARGIN,
                      scopes: Sequence[str] = ("request", "response"),
                      skip: Collection[str] = (),
-                     labels: Mapping[str, np.ndarray] | None = None) -> list[PredicateFit]:
+                     labels: Mapping[str, np.ndarray] | None = None,
+                     zero_shot: Mapping[str, np.ndarray] | None = None,
+                     pairwise: Collection[str] = ()) -> list[PredicateFit]:
     """Fit a head for each predicate of ``policy`` on stored features of ``items``.
 
     Readout and layer go by cross-validated AUROC, except that one riding on the pair's
@@ -150,6 +139,9 @@ def fit_policy_heads(policy: Any, extractor: Extractor, items: Sequence[CorpusIt
     (plguard.heads.joint fits them together) and come back unfitted. An extractor without
     questions allows the question-free readouts only (and no zero-shot feature: ``mode`` is
     always ``head``). ``labels``: :func:`labels_for` of ``items``, where the caller has them.
+    ``zero_shot``: predicate -> zero-shot logit per item (NaN: not read), for features
+    without questions; ``pairwise``: the predicates the corpus's preference pairs train
+    (default: the bundle's ``gold.yaml`` ``pairwise:`` list).
     """
     if not extractor.with_questions:
         readouts = [r for r in readouts if r != "question"]
@@ -162,6 +154,10 @@ def fit_policy_heads(policy: Any, extractor: Extractor, items: Sequence[CorpusIt
         raise ValueError("pool needs the pool states, which this extraction skips")
     if labels is None:
         labels = labels_for(policy, items)
+    if not pairwise:
+        from plguard.labels.gold import load_gold
+
+        pairwise = set(load_gold(policy).pairwise)
     out = []
     for spec in policy.predicates:
         if spec.name in skip:
@@ -173,7 +169,8 @@ def fit_policy_heads(policy: Any, extractor: Extractor, items: Sequence[CorpusIt
                                     skipped=f"{spec.scope} scope not fitted: zero-shot kept"))
             continue
         out.append(_fit_one(spec, extractor, items, labels[spec.name], readouts, lodo,
-                            cost_margin))
+                            cost_margin, (zero_shot or {}).get(spec.name),
+                            spec.name in pairwise))
     return out
 
 
@@ -182,15 +179,25 @@ def _cheap(readout: str, scope: str) -> bool:
     return readout in (("prefix", "pool") if scope == "response" else ("pair_prefix",))
 
 
+def _pairs_of(items: Sequence[CorpusItem]) -> list[tuple[int, int]]:
+    """``(more harmful, less harmful)`` item indices of the corpus's preference pairs."""
+    by_pair: dict[str, dict[str, int]] = {}
+    for i, it in enumerate(items):
+        if "pair" in it.fields:
+            by_pair.setdefault(str(it.fields["pair"]), {})[str(it.fields["pair_role"])] = i
+    return [(p["rejected"], p["chosen"]) for _, p in sorted(by_pair.items())
+            if {"rejected", "chosen"} <= set(p)]
+
+
 def _fit_one(spec: PredicateSpec, ex: Extractor, items: Sequence[CorpusItem],
              y_all: np.ndarray, readouts: Sequence[str], lodo: bool,
-             cost_margin: float) -> PredicateFit:
-    from sklearn.model_selection import StratifiedKFold, cross_val_predict
-
+             cost_margin: float, zero_shot: np.ndarray | None = None,
+             pairwise: bool = False) -> PredicateFit:
+    """One predicate's head, chosen by its worst held-out source (plguard.heads.select)."""
     want_resp = spec.scope == "response"
     idx = [i for i, it in enumerate(items)
            if (it.response is not None) == want_resp and not math.isnan(y_all[i])]
-    sub = [items[i] for i in idx]
+    pairs = _pairs_of(items) if pairwise and want_resp else []
     y = y_all[idx].astype(int)
     n_pos, n_neg = int(y.sum()), int(len(y) - y.sum())
     asked = ex.with_questions
@@ -204,103 +211,189 @@ def _fit_one(spec: PredicateSpec, ex: Extractor, items: Sequence[CorpusItem],
         readouts = [r for r in readouts if r != "pair_prefix"]
     if not readouts:
         raise ValueError(f"no readout left for {spec.name} ({spec.scope} scope)")
-    # Each row: prefix state, question state (the prefix again when none is asked), then
-    # the pair read (request scope) and the pool state, where asked for.
-    keys = [[(k := ex.keys(it))[0], k[qpos] if asked else k[0]]
-            + ([ex.pair_key(it)] if "pair_prefix" in readouts else [])
-            + ([ex.pool_key(it)] if "pool" in readouts else []) for it in sub]
     slots = {"prefix": 0, "question": 1}
     for r in ("pair_prefix", "pool"):
         if r in readouts:
             slots[r] = len(slots)
-    feats = ex.store.get([k for row in keys for k in row])
-    missing = sum(1 for row in keys if any(k not in feats for k in row))
+
+    def key_row(it: CorpusItem) -> list[str]:
+        k = ex.keys(it)
+        return ([k[0], k[qpos] if asked else k[0]]
+                + ([ex.pair_key(it)] if "pair_prefix" in readouts else [])
+                + ([ex.pool_key(it)] if "pool" in readouts else []))
+
+    used = sorted({*idx, *(i for p in pairs for i in p)})
+    keys = {i: key_row(items[i]) for i in used}
+    feats = ex.store.get([k for row in keys.values() for k in row])
+    missing = sum(1 for row in keys.values() if any(k not in feats for k in row))
     if missing:
         raise ValueError(f"{missing} items lack stored features; run the extraction first")
-    logit = np.array([feats[row[1]].logprob_true - feats[row[1]].logprob_false
-                      for row in keys])
+
+    def zs_of(rows: Sequence[int]) -> np.ndarray:
+        if asked:
+            return np.array([feats[keys[i][1]].logprob_true - feats[keys[i][1]].logprob_false
+                             for i in rows], dtype=np.float64)
+        if zero_shot is not None:
+            return np.asarray(zero_shot[list(rows)], dtype=np.float64)
+        return np.full(len(rows), np.nan)
+
+    ia, ib = [p[0] for p in pairs], [p[1] for p in pairs]
+    zs = Scored(zs_of(idx), zs_of(ia), zs_of(ib))
+    known = np.isfinite(zs.s)
+    has_zs = bool(known.any())
     res = PredicateFit(spec.name, spec.scope, n_pos, n_neg,
-                       auroc(y, logit) if len(y) and asked else math.nan)
+                       auroc(y[known], zs.s[known]) if has_zs else math.nan,
+                       n_pairs=len(pairs))
     if min(n_pos, n_neg) < MIN_CLASS:
         res.skipped = (f"{n_pos} positive / {n_neg} negative training items (< {MIN_CLASS}): "
                        "zero-shot kept")
+        res.choice, res.why = "zero-shot", res.skipped
         return res
     layers = ex.layers
+    groups = np.array([items[i].source for i in idx])
+    pgroups = np.array([items[i].source for i in ia])
+    scored = np.array(["augmented" not in items[i].fields for i in idx], dtype=bool)
+    for src in sorted({*groups.tolist(), *pgroups.tolist()}):
+        at = groups == src
+        res.seen[src] = {"pos": int(y[at].sum()), "neg": int((1 - y[at]).sum()),
+                         "pairs": int((pgroups == src).sum()),
+                         "augmented": sum(1 for i in np.flatnonzero(at)
+                                          if "augmented" in items[idx[i]].fields)}
+    if len({*groups.tolist(), *pgroups.tolist()}) < 2:
+        # One source: nothing to hold out, so seeded stratified folds stand in for
+        # sources (an in-distribution check, and the report says so).
+        groups, pgroups = _folds(y), np.array([f"fold{i % FOLDS + 1}" for i in range(len(ia))])
+        res.why_groups = f"one training source: {FOLDS} stratified folds stand in for sources"
 
-    def X_of(readout: str, layer: int) -> np.ndarray:
+    def data_of(readout: str, layer: int) -> Data:
         j = layers.index(layer)
-        return np.stack([feats[row[slots[readout]]].states[j] for row in keys])
+        width = len(feats[keys[used[0]][0]].states[j])
 
-    quick: dict[tuple[str, int], float] = {}
+        def X(rows: Sequence[int]) -> np.ndarray:
+            if not rows:
+                return np.zeros((0, width))
+            return np.stack([feats[keys[i][slots[readout]]].states[j] for i in rows])
+
+        return Data(X(idx), y, groups, X(ia), X(ib), pgroups, scored)
+
+    quick: dict[tuple[str, int], dict[str, float]] = {}
     for r in readouts:
         for layer in layers:
-            quick[r, layer] = _quick_score(X_of(r, layer), y)
-            res.candidates[f"{r}@{layer}"] = round(quick[r, layer], 4)
-    r, layer = max(quick, key=lambda k: quick[k])
+            d = data_of(r, layer)
+            quick[r, layer] = heldout_metrics(d, loso_scores(d, partial(_fit_at, C=QUICK_C)))
+            res.candidates[f"{r}@{layer}"] = round(worst(quick[r, layer])[0], 4)
+    r, layer = max(quick, key=lambda k: rank_key(quick[k]))
     # A readout that costs no question and no extra forward wins within the margin.
     cheap = [k for k in quick if _cheap(k[0], spec.scope)]
     if cheap:
-        c = max(cheap, key=lambda k: quick[k])
-        if quick[c] >= quick[r, layer] - cost_margin:
+        c = max(cheap, key=lambda k: rank_key(quick[k]))
+        if rank_key(quick[c])[0] >= rank_key(quick[r, layer])[0] - cost_margin:
             r, layer = c
-    X = X_of(r, layer)
-    auc, C = _cv_score(X, y)
-    mode = "head"
-    if asked:
-        Xb = np.column_stack([X, logit])
-        auc_b, C_b = _cv_score(Xb, y)
-        res.candidates[f"{r}@{layer}+zeroshot"] = round(auc_b, 4)
-        # The zero-shot feature needs the question asked: on a cheap readout, only by the
-        # margin.
-        if auc_b > auc + (cost_margin if _cheap(r, spec.scope) else 0.0):
-            X, auc, C, mode = Xb, auc_b, C_b, "both"
-    res.cv_auroc, res.readout, res.layer, res.mode, res.C = auc, r, layer, mode, C
-    model = fixed_model(C)
-    oof = cross_val_predict(model, X, y, method="decision_function",
-                            cv=StratifiedKFold(FOLDS, shuffle=True, random_state=0))
+    d = data_of(r, layer)
+    by_C: dict[float, tuple[dict[str, float], Scored]] = {}
+    for C in C_GRID:
+        sc = loso_scores(d, partial(_fit_at, C=C))
+        by_C[C] = (heldout_metrics(d, sc), sc)
+    C = max(C_GRID, key=lambda c: rank_key(by_C[c][0]))
+    metrics, sc = by_C[C]
+    res.heldout = {k: round(v, 4) for k, v in metrics.items()}
+    res.not_held_out = sc.not_held_out
+    res.readout, res.layer, res.C = r, layer, C
+    res.cv_auroc, res.worst_source = worst(metrics)
+    if has_zs:
+        res.zero_shot_heldout = {k: round(v, 4) for k, v in heldout_metrics(d, zs).items()}
+    w, res.choice, res.why = _choose_blend(d, sc, zs, has_zs, cost_margin, res)
+    if res.why_groups:
+        res.why += f" ({res.why_groups})"
+    if lodo:
+        res.matrix = source_matrix(d, partial(_fit_at, C=C), metrics)
+        if has_zs:
+            res.matrix["zero-shot"] = res.zero_shot_heldout
+    if w == 0.0:
+        return res
+    head = fit_linear(d, C)
+    final = blend(sc, zs, w) if w < 1.0 else sc
+    ok = np.isfinite(final.s)
     from sklearn.linear_model import LogisticRegression
 
-    platt = LogisticRegression(C=1e4, max_iter=1000).fit(oof.reshape(-1, 1), y)
-    model.fit(X, y)
-    scaler, lr = model[0], model[-1]
-    w = lr.coef_[0] / scaler.scale_
-    b = float(lr.intercept_[0] - np.dot(lr.coef_[0], scaler.mean_ / scaler.scale_))
-    res.head = {"readout": r, "layer": layer, "mode": mode, "weights": encode_vector(w),
-                "bias": b, "platt": {"a": float(platt.coef_[0][0]),
-                                     "b": float(platt.intercept_[0])},
-                "info": {"cv_auroc": round(auc, 4), "C": C, "n_pos": n_pos, "n_neg": n_neg,
+    # Platt map on held-out scores: probabilities as a new source would see them.
+    platt = LogisticRegression(C=1e4, max_iter=1000).fit(final.s[ok].reshape(-1, 1), y[ok])
+    if w < 1.0:
+        h0, z0 = spread(sc), spread(zs)
+        weights = np.concatenate([w * head.w / h0, [(1 - w) / z0]])
+        bias, mode = w * head.b / h0, "both"
+    else:
+        weights, bias, mode = head.w, head.b, "head"
+    res.mode = mode
+    res.head = {"readout": r, "layer": layer, "mode": mode, "weights": encode_vector(weights),
+                "bias": float(bias), "platt": {"a": float(platt.coef_[0][0]),
+                                               "b": float(platt.intercept_[0])},
+                "info": {"worst_heldout": round(res.cv_auroc, 4),
+                         "worst_source": res.worst_source, "heldout": res.heldout,
+                         "C": C, "n_pos": n_pos, "n_neg": n_neg, "n_pairs": len(pairs),
+                         "seen": res.seen,
+                         "blend_weight": w, "choice": res.choice, "why": res.why,
                          "zero_shot_auroc": None if math.isnan(res.zero_shot_auroc)
                          else round(res.zero_shot_auroc, 4)}}
-    if lodo:
-        res.lodo = _lodo(X, y, [it.source for it in sub], C)
     return res
 
 
-def _lodo(X: np.ndarray, y: np.ndarray, sources: Sequence[str], C: float
-          ) -> dict[str, dict[str, float]]:
-    """Per source: AUROC and TPR at 5% FPR of a head fitted on the other sources.
+def _folds(y: np.ndarray) -> np.ndarray:
+    """Seeded stratified fold names of labels ``y``."""
+    from sklearn.model_selection import StratifiedKFold
 
-    The threshold for TPR is set on the training negatives' scores (the held-out source
-    may have no negatives: AILuminate is all hazardous), so it is the operating point a
-    user would have; AUROC needs both classes in the source and is NaN otherwise.
+    out = np.empty(len(y), dtype=object)
+    k = max(2, min(FOLDS, int(y.sum()), int(len(y) - y.sum())))
+    for i, (_, test) in enumerate(StratifiedKFold(k, shuffle=True, random_state=0)
+                                  .split(np.zeros(len(y)), y)):
+        out[test] = f"fold{i + 1}"
+    return out.astype(str)
+
+
+def _fit_at(d: Data, C: float) -> Linear:
+    return fit_linear(d, C)
+
+
+def _choose_blend(d: Data, sc: Scored, zs: Scored, has_zs: bool, cost_margin: float,
+                  res: PredicateFit) -> tuple[float, str, str]:
+    """(head weight, choice, why): the head, zero-shot or a blend, by the worst source.
+
+    A choice may not fall below zero-shot on its own worst held-out source (zero-shot
+    always passes); among those that pass, the best worst source wins, the pure head
+    within ``cost_margin`` of a blend (a blend asks the question on every request).
+    Blends are compared on the items zero-shot was read on. Without zero-shot readings
+    the floor is chance.
     """
-    src = np.array(sources)
-    out: dict[str, dict[str, float]] = {}
-    for s in sorted(set(sources)):
-        test, train = src == s, src != s
-        yt, ytr = y[test], y[train]
-        if not 0 < ytr.sum() < len(ytr):
-            continue
-        m = fixed_model(C).fit(X[train], ytr)
-        st = m.decision_function(X[test])
-        thr = float(np.quantile(m.decision_function(X[train][ytr == 0]), 1 - FPR))
-        pos = st[yt == 1]
-        out[s] = {"n": int(test.sum()), "n_pos": int(yt.sum()),
-                  "auroc": round(auroc(yt, st), 4),
-                  "tpr_at_5fpr": round(float((pos > thr).mean()), 4) if len(pos) else math.nan,
-                  "fpr": round(float((st[yt == 0] > thr).mean()), 4)
-                  if (yt == 0).any() else math.nan}
-    return out
+    if not has_zs:
+        if res.cv_auroc < 0.5:
+            return 0.0, "zero-shot", (f"the head's worst held-out source, {res.worst_source}, "
+                                      f"reads {res.cv_auroc:.3f}: below chance")
+        return 1.0, "head", (f"worst held-out source {res.worst_source} "
+                             f"{res.cv_auroc:.3f} >= chance (zero-shot not read)")
+    zsm = heldout_metrics(d, zs)
+    tried: dict[float, dict[str, float]] = {}
+    passing = []
+    for w in BLEND_WEIGHTS:
+        m = heldout_metrics(d, blend(sc, zs, w)) if w > 0 else zsm
+        tried[w] = m
+        v, src = worst(m)
+        floor = zsm.get(src, math.nan)
+        if w == 0.0 or math.isnan(v) or math.isnan(floor) or v >= floor:
+            passing.append(w)
+    res.blends = {str(w): round(worst(m)[0], 4) for w, m in tried.items()}
+    best = max(passing, key=lambda w: rank_key(tried[w]))
+    if 1.0 in passing and 0.0 < best < 1.0 and \
+            rank_key(tried[1.0])[0] >= rank_key(tried[best])[0] - cost_margin:
+        best = 1.0
+    v, src = worst(tried[best])
+    if best == 0.0:
+        hv, hs = worst(tried[1.0])
+        return 0.0, "zero-shot", (f"zero-shot's worst held-out source reads {v:.3f} "
+                                  f"({src}); the head's {hv:.3f} ({hs}), and no blend "
+                                  "passes zero-shot on its worst source")
+    what = "head" if best == 1.0 else f"blend {best:g} head / {1 - best:g} zero-shot"
+    return best, what, (f"worst held-out source {src} {v:.3f} vs zero-shot there "
+                        f"{zsm.get(src, math.nan):.3f} (on the items zero-shot was read on)")
 
 
 def heads_document(policy: Any, fits: Sequence[PredicateFit], ex: Extractor,
@@ -321,9 +414,17 @@ def heads_document(policy: Any, fits: Sequence[PredicateFit], ex: Extractor,
             "template_version": ex.grounder.template_version, "policy": policy.id,
             "layers": list(ex.layers), "predicates": preds,
             "zero_shot": sorted(f.name for f in fits if f.head is None),
+            # Which won for each predicate and why (plguard.heads.select).
+            "selection": {f.name: {"choice": f.choice or ("zero-shot" if f.head is None
+                                                          else "head"),
+                                   "why": f.why or f.skipped,
+                                   "worst_source": f.worst_source,
+                                   "heldout": f.heldout,
+                                   "zero_shot_heldout": f.zero_shot_heldout}
+                          for f in fits},
             "training": {**training, "licences": {s: LICENCES[s]
                                                   for s in training.get("sources", [])}}}
 
 
-__all__ = ["CS", "FOLDS", "MIN_CLASS", "PredicateFit", "auroc", "fit_policy_heads",
+__all__ = ["FOLDS", "MIN_CLASS", "PredicateFit", "auroc", "fit_policy_heads",
            "fixed_model", "fold_head", "heads_document", "labels_for"]

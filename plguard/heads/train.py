@@ -10,10 +10,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from plguard.config import GuardConfig
 from plguard.errors import ConfigError
 from plguard.heads.artefact import READOUTS
-from plguard.heads.corpus import SOURCES, load_corpus
+from plguard.heads.corpus import SOURCES, CorpusItem, load_corpus
 from plguard.heads.features import Extractor, FeatureStore, default_store_path, parse_layers
 from plguard.heads.fit import (
     COST_MARGIN,
@@ -42,6 +44,16 @@ class FitOptions:
     # Layers whose states are extracted and tried (``--layers``: numbers, ranges or
     # "all"); None: default_layers, a spread from a third of the depth to the top.
     layers: str | None = None
+    # The generator's own answers to this many dev prompts, labelled without the guard
+    # (plguard.heads.drafts), join the response heads' training pairs; 0: none.
+    drafts: int = 0
+    drafts_file: str | None = None  # None: <heads file stem>.drafts.jsonl beside it
+    # Readouts without the question read no zero-shot P(True); the questions are then asked
+    # of this many items per source (seeded), the floor a head must beat on its worst
+    # held-out source (plguard.heads.select). 0: chance is the floor.
+    zero_shot_limit: int = 40
+    # Phrasing augmentation (plguard.heads.augment): up to this many variants per request.
+    augment: int = 0
 
 
 @dataclass
@@ -52,6 +64,7 @@ class FitSummary:
     report: Path
     fits: list[PredicateFit]
     seconds: dict[str, float]
+    drafts: dict[str, Any] | None = None  # the heads file's training.drafts, if any
 
 
 def fit_heads(config: GuardConfig, out: str | Path, options: FitOptions | None = None,
@@ -62,6 +75,9 @@ def fit_heads(config: GuardConfig, out: str | Path, options: FitOptions | None =
     from plguard.policy import load_policy
 
     opts = options or FitOptions()
+    if opts.drafts and "response" not in opts.scopes:
+        raise ConfigError("drafts train the response heads: fit the response scope too "
+                          "(--scope response or both), or leave --drafts out")
     t0 = time.perf_counter()
     gb: Any = backend or load_backend(config.grounder_model)
     if not hasattr(gb, "true_false_states"):
@@ -70,8 +86,24 @@ def fit_heads(config: GuardConfig, out: str | Path, options: FitOptions | None =
     policy = load_policy(config.policy)
     joint = _joint_names(policy, opts)
     items = load_corpus(opts.sources, "dev", opts.limit_per_source)
+    if opts.augment:
+        # Requests only: what the benchmarks plguard meets vary is how a request is put;
+        # a pair's response heads read the answer (and a pair costs a long forward).
+        from plguard.heads.augment import augment_corpus
+
+        reqs = [it for it in items if it.response is None]
+        items += augment_corpus(reqs, per_item=opts.augment, include_originals=False)
     if "response" not in opts.scopes:  # pairs label response predicates only
         items = [it for it in items if it.response is None]
+    drafts = None
+    if opts.drafts > 0:
+        from plguard.heads.drafts import default_drafts_path, make_drafts
+
+        same = config.generator == config.grounder_model
+        drafts = make_drafts(config, opts.drafts, opts.drafts_file or default_drafts_path(out),
+                             sources=opts.sources, progress=opts.progress,
+                             generator=gb if same else None, grounder=gb)
+        items = [*items, *drafts.items]
     store = FeatureStore(default_store_path(gb))
     # Only the readouts asked for are extracted: prefix heads need no question forwarded.
     ex = Extractor(gb, policy.predicates, config.grounding, store,
@@ -80,11 +112,16 @@ def fit_heads(config: GuardConfig, out: str | Path, options: FitOptions | None =
                    pairs="pair_prefix" in opts.readouts, pool="pool" in opts.readouts)
     t1 = time.perf_counter()
     forwarded = ex.run(items, progress=opts.progress)
+    zero_shot = None
+    if not ex.with_questions and opts.zero_shot_limit > 0:
+        zero_shot, n_zs = _zero_shot_logits(gb, policy, config, store, ex.layers, items,
+                                            opts.zero_shot_limit, opts.progress)
+        forwarded += n_zs
     t2 = time.perf_counter()
     labels = labels_for(policy, items)  # gold.yaml over the corpus, once for both fits
     fits = fit_policy_heads(policy, ex, items, readouts=opts.readouts, lodo=opts.lodo,
                             cost_margin=opts.cost_margin, scopes=opts.scopes, skip=joint,
-                            labels=labels)
+                            labels=labels, zero_shot=zero_shot)
     summary: dict[str, Any] | None = None
     if joint:
         jfits, summary = fit_joint_heads(policy, ex, items, labels, joint,
@@ -98,25 +135,83 @@ def fit_heads(config: GuardConfig, out: str | Path, options: FitOptions | None =
         counts[it.source] = counts.get(it.source, 0) + 1
     training = {"sources": list(opts.sources), "split": "dev", "items": counts,
                 "limit_per_source": opts.limit_per_source, "features": str(store.path),
+                **({"augmentation": _augment_note(opts.augment)} if opts.augment else {}),
                 "readouts": list(opts.readouts), "scopes": list(opts.scopes),
                 "labels": "each bundle's gold.yaml rules over the corpus fields "
                           "(plguard.heads.corpus)",
-                **({"joint": summary} if summary else {})}
+                **({"joint": summary} if summary else {}),
+                **({"drafts": drafts.summary()} if drafts is not None else {})}
     doc = heads_document(policy, fits, ex, backend_identity(gb), training)
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(doc, indent=1) + "\n")
     tmp.replace(path)
-    secs = {"load": round(t1 - t0, 1), "features": round(t2 - t1, 1),
+    t_drafts = drafts.seconds if drafts is not None else 0.0
+    secs = {"load": round(t1 - t0 - t_drafts, 1),
+            **({"drafts": t_drafts} if drafts is not None else {}),
+            "features": round(t2 - t1, 1),
             "fit": round(t3 - t2, 1), "forwarded_items": float(forwarded)}
+    matrices = {f.name: {"matrix": f.matrix, "choice": f.choice, "why": f.why, "seen": f.seen,
+                         "worst_source": f.worst_source, "n_pos": f.n_pos, "n_neg": f.n_neg,
+                         "n_pairs": f.n_pairs} for f in fits if f.matrix}
+    (path.with_suffix(".sources.json")).write_text(json.dumps(
+        {"metric": "held-out AUROC (pairwise accuracy for preference pairs); rows: the "
+                   "training source, 'others' = every source but the column's, "
+                   "'zero-shot' = no head (plguard.heads.select)",
+         "items": counts, "predicates": matrices}, indent=1, default=_nan_none) + "\n")
     report = path.with_suffix(".md")
     report.write_text(format_report(policy.id, str(gb.model_id), fits, training, secs))
     (path.with_suffix(".fits.json")).write_text(json.dumps(
         [{k: v for k, v in asdict(f).items() if k != "head"} for f in fits], indent=1,
         default=_nan_none) + "\n")
     store.close()
-    return FitSummary(path, report, fits, secs)
+    return FitSummary(path, report, fits, secs, drafts.summary() if drafts else None)
+
+
+def _zero_shot_logits(gb: Any, policy: Any, config: GuardConfig, store: FeatureStore,
+                      layers: Sequence[int], items: Sequence[CorpusItem], per_source: int,
+                      progress: bool) -> tuple[dict[str, np.ndarray], int]:
+    """Zero-shot logits (``lT - lF`` of each predicate's question) of a seeded subset.
+
+    ``per_source`` items of each source (a pair's replies together), asked every question
+    of their scope once; NaN for the other items. Returns the logits and the number of
+    items forwarded.
+    """
+    import hashlib
+
+    def key(it: CorpusItem) -> bytes:
+        return hashlib.sha256(f"zs:{it.fields.get('pair', it.uid)}".encode()).digest()
+
+    chosen: list[int] = []
+    for src in sorted({it.source for it in items}):
+        rows = sorted((i for i, it in enumerate(items) if it.source == src),
+                      key=lambda i: key(items[i]))
+        groups = list(dict.fromkeys(items[i].fields.get("pair", items[i].uid) for i in rows))
+        keep = set(groups[:per_source])
+        chosen += [i for i in rows if items[i].fields.get("pair", items[i].uid) in keep]
+    exq = Extractor(gb, policy.predicates, config.grounding, store, layers, questions=True,
+                    pairs=False, pool=False)
+    sub = [items[i] for i in chosen]
+    n = exq.run(sub, progress=progress)
+    out = {s.name: np.full(len(items), np.nan) for s in policy.predicates}
+    feats = store.get([k for it in sub for k in exq.keys(it)])
+    for i, it in zip(chosen, sub, strict=True):
+        ks = exq.keys(it)
+        qs = exq.questions(it.scope)
+        for spec in policy.predicates:
+            if spec.scope != it.scope:
+                continue
+            f = feats.get(ks[1 + qs.index(exq.grounder.question_block(spec, spec.question))])
+            if f is not None:
+                out[spec.name][i] = f.logprob_true - f.logprob_false
+    return out, n
+
+
+def _augment_note(per_item: int) -> str:
+    from plguard.heads.augment import describe
+
+    return describe(per_item=per_item)
 
 
 def _joint_names(policy: Any, opts: FitOptions) -> list[str]:
@@ -143,17 +238,19 @@ def _f(x: float) -> str:
 
 def format_report(policy: str, model: str, fits: Sequence[PredicateFit],
                   training: dict[str, Any], secs: dict[str, float]) -> str:
-    """The fit's Markdown report: per predicate, the chosen head and its held-out checks."""
+    """The fit's Markdown report: per predicate, the choice, its held-out sources, matrix."""
     lines = [f"# Heads for {policy} on {model}", "",
              f"Trained on the dev split of {', '.join(training['sources'])} "
              f"({', '.join(f'{k} {v}' for k, v in training['items'].items())} items); "
              f"labels: {training['labels']}. Times (s): {secs}.", "",
-             "AUROC on the training items: zero-shot P(True), and the chosen head "
-             "cross-validated (5-fold, strength chosen inside). Leave-one-source-out: the "
-             "head fitted on the other sources, scored on this one (AUROC where it has both "
-             "classes; TPR at the 5% FPR threshold of the training negatives).", "",
-             "| predicate | scope | pos / neg | zero-shot | head (CV) | readout | layer | mode "
-             "| leave-one-source-out |", "|---|---|---|---|---|---|---|---|---|"]
+             "Chosen by leave-one-source-out (plguard.heads.select): each source scored by a "
+             "head fitted on the others; AUROC within a source with both classes, against "
+             "the other class of the other sources for a one-class source, pairwise accuracy "
+             "for preference pairs. A choice is judged by its worst held-out source and may "
+             "not fall below zero-shot there. Zero-shot figures are on the subset it was "
+             "read on.", "",
+             "| predicate | scope | pos / neg / pairs | choice | readout@layer | worst held-out "
+             "| zero-shot (training items) | why |", "|---|---|---|---|---|---|---|---|"]
     j = training.get("joint")
     if j and j["classes"]:
         lines[6:6] = [f"Category predicates fitted jointly (one multinomial over "
@@ -161,17 +258,36 @@ def format_report(policy: str, model: str, fits: Sequence[PredicateFit],
                       f"{j.get('readout', 'prefix')}@{j['layer']}, C {j['C']}; "
                       f"cross-validated log-loss {j['cv_log_loss']}, own category first "
                       f"for {j['cv_top1']:.1%} of the single-category hazardous requests "
-                      "(their AUROC below is against the predicate's known labels).", ""]
+                      "(cross-validated, not chosen by held-out source).", ""]
+    # After the joint note: it is placed by index too.
+    d = training.get("drafts")
+    if d:
+        lines[4:4] = [f"Drafts: the generator answered {d['n']} dev prompts ({d['file']}); "
+                      f"{d['kept']} kept as pairs of source drafts, "
+                      f"{d['dropped_disagreements']} dropped where the two refusal readings "
+                      f"disagreed, {d['failed']} failed. Labels: {d['labels']}.", ""]
     for f in fits:
-        lodo = "; ".join(f"{s}: AUROC {_f(v['auroc'])}, TPR {_f(v['tpr_at_5fpr'])}"
-                         for s, v in f.lodo.items())
-        if f.head is None:
-            lines.append(f"| {f.name} | {f.scope} | {f.n_pos} / {f.n_neg} | "
-                         f"{_f(f.zero_shot_auroc)} | - | zero-shot ({f.skipped}) | | | |")
+        counts = f"{f.n_pos} / {f.n_neg} / {f.n_pairs}"
+        if f.head is None and not f.heldout:
+            lines.append(f"| {f.name} | {f.scope} | {counts} | zero-shot | | | "
+                         f"{_f(f.zero_shot_auroc)} | {f.why or f.skipped} |")
             continue
-        lines.append(f"| {f.name} | {f.scope} | {f.n_pos} / {f.n_neg} | "
-                     f"{_f(f.zero_shot_auroc)} | {_f(f.cv_auroc)} | {f.readout} | {f.layer} "
-                     f"| {f.mode} | {lodo} |")
+        lines.append(f"| {f.name} | {f.scope} | {counts} | {f.choice or 'head'} | "
+                     f"{f.readout}@{f.layer} | {_f(f.cv_auroc)} ({f.worst_source or '-'}) | "
+                     f"{_f(f.zero_shot_auroc)} | {f.why} |")
+    with_matrix = [f for f in fits if f.matrix]
+    if with_matrix:
+        lines += ["", "## Source x source", "",
+                  "Rows: the training source (`others`: every source but the column's; "
+                  "`zero-shot`: no head), columns: the source scored. The same file as JSON: "
+                  "`*.sources.json`."]
+    for f in with_matrix:
+        cols = sorted({c for row in f.matrix.values() for c in row})
+        lines += ["", f"### {f.name}", "", "| train \\ test | " + " | ".join(cols) + " |",
+                  "|---" * (len(cols) + 1) + "|"]
+        for row, vals in f.matrix.items():
+            lines.append(f"| {row} | " + " | ".join(_f(vals.get(c, math.nan)) for c in cols)
+                         + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import fnmatch
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -230,6 +230,9 @@ class GoldMapping:
     rules: tuple[GoldRule, ...]
     unknown: Mapping[str, str]  # predicate -> why no value can be derived
     unknown_handling: str  # "prior" or a number, as text
+    # Response predicates that pairwise preference labels inform: of two replies to one
+    # request, the one judged more harmful should read higher (hh-harmless; heads corpus).
+    pairwise: Mapping[str, str] = field(default_factory=dict)  # predicate -> why
 
     def values(self, sample: Sample) -> dict[str, float]:
         """Every predicate's gold value for one sample (NaN: unknown)."""
@@ -302,7 +305,7 @@ def load_gold(policy: Policy | str | Path) -> GoldMapping:
     if not isinstance(data, LocDict):
         raise PolicyError("gold.yaml must be a mapping with rules: and unknown:", file=file,
                           line=1, col=1)
-    extra = set(data) - {"dataset", "unknown_handling", "rules", "unknown"}
+    extra = set(data) - {"dataset", "unknown_handling", "rules", "unknown", "pairwise"}
     if extra:
         k = sorted(extra, key=str)[0]
         raise _error(f"unknown key '{k}' in gold.yaml", file, pos_of(data, k), str(k))
@@ -338,7 +341,22 @@ def load_gold(policy: Policy | str | Path) -> GoldMapping:
         if n not in ruled and n not in unknown:
             raise PolicyError(f"predicate '{n}' has no gold rule; add rules or list it under "
                               "unknown: with why", file=file, name=n)
-    return GoldMapping(pol, path, tuple(rules), unknown, handling)
+    pairwise: dict[str, str] = {}
+    raw_pairs = data.get("pairwise") or []
+    for i, u in enumerate(raw_pairs):
+        line, col = pos_of(raw_pairs, i)
+        if not isinstance(u, dict) or set(u) != {"predicate", "why"}:
+            raise PolicyError("each pairwise: entry needs exactly predicate and why", file=file,
+                              line=line, col=col)
+        name = str(u["predicate"])
+        if name not in names:
+            raise PolicyError(f"unknown predicate '{name}'{did_you_mean(name, names)}",
+                              file=file, line=line, col=col, name=name)
+        if pol.predicate(name).scope != "response":
+            raise PolicyError(f"pairwise labels compare two replies: '{name}' is not a "
+                              "response predicate", file=file, line=line, col=col, name=name)
+        pairwise[name] = str(u["why"]).strip()
+    return GoldMapping(pol, path, tuple(rules), unknown, handling, pairwise)
 
 
 def _rule(raw: Any, container: Any, i: int, names: Sequence[str], file: str) -> GoldRule:

@@ -211,6 +211,12 @@ GOOD_RULES = """rules:
     (GOOD_RULES + "unknown:\n  - {predicate: response_refuses, why: x}\n"
      "  - {predicate: response_provides_harmful_instructions, why: y}\n",
      "has rules and is also listed as unknown"),
+    (GOOD_RULES + "  - {predicate: response_provides_harmful_instructions, from: label, "
+     "map: {safe: 0}, why: d}\npairwise:\n  - {predicate: request_is_harmful, why: x}\n",
+     "'request_is_harmful' is not a response predicate"),
+    (GOOD_RULES + "  - {predicate: response_provides_harmful_instructions, from: label, "
+     "map: {safe: 0}, why: d}\npairwise:\n  - {predicate: response_refuses}\n",
+     "each pairwise: entry needs exactly predicate and why"),
 ])
 def test_bad_gold_yaml_is_a_located_policy_error(tmp_path, text, message):
     folder = _bundle(tmp_path, text)

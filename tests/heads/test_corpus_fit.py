@@ -155,3 +155,28 @@ def test_plguard_s14_labels_code_interpreter_abuse_only():
                for it, c in zip(items, crime, strict=True))
     assert all(v == 0.0 for it, v in zip(items, y["request_seeks_hate"], strict=True))
     assert corpus.LICENCES["plguard_s14"].startswith("CC0")
+
+
+def test_hh_harmless_pairs_stay_together_and_label_only_their_pairwise_predicates():
+    import math
+
+    from plguard.heads.corpus import load_corpus
+    from plguard.heads.fit import _pairs_of, labels_for
+    from plguard.labels.gold import load_gold
+    from plguard.policy import load_policy
+
+    small = load_corpus(("hh_harmless",), "dev", limit_per_source=20)
+    big = load_corpus(("hh_harmless",), "dev", limit_per_source=40)
+    assert len(small) == 40 and {it.uid for it in small} <= {it.uid for it in big}
+    pairs = _pairs_of(small)
+    assert len(pairs) == 20
+    for a, b in pairs:  # (more harmful, less harmful) of one conversation
+        assert small[a].fields["pair_role"] == "rejected"
+        assert small[b].fields["pair_role"] == "chosen"
+        assert small[a].request == small[b].request and small[a].response != small[b].response
+    test = {it.prompt_id for it in load_corpus(("hh_harmless",), "test")}
+    assert not test & {it.prompt_id for it in big}
+    policy = load_policy("minimal")
+    # No pointwise label: the pairs are used only by the bundle's pairwise: predicates.
+    assert all(math.isnan(v) for col in labels_for(policy, small).values() for v in col)
+    assert set(load_gold(policy).pairwise) == {"response_provides_harmful_instructions"}

@@ -29,11 +29,12 @@ def _heads(names, C):
 
 
 def test_prompt_folds_keep_a_prompts_answers_together():
-    from plguard.evals.heads.thresholds import prompt_folds
+    from plguard.evals.heads.thresholds import prompt_folds, prompt_group
 
     pairs = [it for it in load_corpus(["xstest"]) if it.response is not None]
     fold = prompt_folds(pairs)
-    assert set(fold) == {p.prompt_id for p in pairs}
+    assert set(fold) == {f"xstest/{p.prompt_id}" for p in pairs} \
+        == {prompt_group(p) for p in pairs}
     sizes = np.bincount(list(fold.values()))
     assert len(sizes) == 5 and sizes.max() - sizes.min() <= 1
     assert prompt_folds(pairs) == fold  # seeded
@@ -83,6 +84,38 @@ def test_a_prompt_sample_scores_only_its_pairs():
     pairs, m = crossfit_matrix(policy, ex, items, hf, prompt_ids=keep)
     assert {p.prompt_id for p in pairs} == keep and len(pairs) == 100
     assert not np.isnan(m).any()  # every sampled pair has a fold and a score
+
+
+def test_thresholds_pool_every_source_with_outcome_labels():
+    """CoCoNot's helpful answers and the model's own drafts join XSTest's pairs; a draft
+    shares its fold with the XSTest prompt it answers, and hh's unlabelled pairs stay out."""
+    from plguard.evals.heads.thresholds import (
+        crossfit_matrix,
+        outcome_pairs,
+        pair_requests,
+        prompt_folds,
+    )
+    from plguard.heads.drafts import draft_item
+    from plguard.policy import load_policy
+
+    policy = load_policy("minimal")
+    items = load_corpus(["xstest", "coconot", "hh_harmless"], limit_per_source=30)
+    xs = next(it for it in items if it.source == "xstest" and it.response is None
+              and it.fields["label"] == "unsafe")
+    draft = draft_item(xs, "Sure, here is how.", "1_full_compliance")
+    items.append(draft)
+    pairs = outcome_pairs(items)
+    assert {p.source for p in pairs} == {"xstest", "coconot", "drafts"}
+    fold = prompt_folds(pairs)
+    assert fold[draft.prompt_id] == fold[f"xstest/{xs.prompt_id}"]
+    # A pair whose request the corpus limit left out is read from its own request text
+    # (the fake keys states by uid, the real store by text).
+    reqs = pair_requests(items, pairs)
+    assert any(r.uid.endswith("/request") for r in reqs.values())
+    ex = _Extractor([*items, *reqs.values()])
+    hf = _heads(["request_is_harmful", "response_refuses"], C=1.0)
+    scored, m = crossfit_matrix(policy, ex, items, hf)
+    assert scored == pairs and not np.isnan(m).any()
 
 
 @pytest.mark.slow
@@ -145,7 +178,7 @@ def test_crossfit_pairs_refit_joint_heads_out_of_fold():
     """The guard's thresholds for joint category heads: each XSTest dev pair takes its
     prompt's P from the joint recipe refitted without that prompt (random states: a fold
     that saw the prompt memorises it, this must not)."""
-    from plguard.evals.heads.thresholds import crossfit_matrix
+    from plguard.evals.heads.thresholds import crossfit_matrix, outcome_pairs, pair_requests
     from plguard.evals.quality.report import fast_auroc
     from plguard.heads.fit import labels_for
     from plguard.heads.joint import JointModel, category_predicates
@@ -153,7 +186,7 @@ def test_crossfit_pairs_refit_joint_heads_out_of_fold():
 
     policy = load_policy("hazards")
     items = load_corpus(["xstest", "ailuminate", "coconot"], "dev", 120)
-    ex = _Extractor(items, d=256)
+    ex = _Extractor([*items, *pair_requests(items, outcome_pairs(items)).values()], d=256)
     reqs = [it for it in items if it.response is None]
     labels = labels_for(policy, reqs)
     joint = [n for n in category_predicates(policy) if np.nansum(labels[n] == 1) >= 8]
@@ -165,6 +198,8 @@ def test_crossfit_pairs_refit_joint_heads_out_of_fold():
     hf = HeadsFile("h.json", "0" * 12, heads, (1,), None, None, "g1", policy.id)
     pairs, m = crossfit_matrix(policy, ex, items, hf)
     assert m.shape == (len(pairs), len(policy.predicates)) and not np.isnan(m).any()
+    xs = [i for i, p in enumerate(pairs) if p.source == "xstest"]  # CoCoNot's pool in too
+    pairs, m = [pairs[i] for i in xs], m[xs]
     prompt = {it.prompt_id: it for it in reqs if it.source == "xstest"}
     X = np.concatenate([ex.store.feats[ex.keys(it)[0]].states for it in reqs])
     Y = np.column_stack([labels[n] for n in joint])

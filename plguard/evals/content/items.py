@@ -22,22 +22,25 @@ cost). Sources, each split into dev and test by its data set's committed split:
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import json
 import random
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from plguard.heads.corpus import COCONOT_SAFETY, data_root, load_split, read_rows
+from plguard.heads.corpus import (
+    COCONOT_SAFETY,
+    hh_pairs,
+    hh_split,
+    hh_turns,
+    load_split,
+    read_rows,
+)
 
 HARMFUL = ("harmful_innocent", "harmful_asked")
 BENIGN = ("xstest_safe", "coconot_chosen")
 PAIRWISE = ("hh_chosen", "hh_rejected")
 SOURCES = (*HARMFUL, *BENIGN, *PAIRWISE)
 SEED = 20261204
-_TURN = re.compile(r"\n\n(Human|Assistant): ")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,37 +56,13 @@ class ContentItem:
     pair: str = ""  # hh-harmless: the conversation both replies answer
 
 
-def hh_split(context: str) -> str:
-    """Dev or test for an hh-harmless conversation (by its text; see SOURCE.md)."""
-    return "dev" if int(hashlib.sha256(context.encode()).hexdigest()[:8], 16) % 2 == 0 \
-        else "test"
-
-
-def hh_turns(text: str) -> list[tuple[str, str]]:
-    """``(speaker, text)`` turns of an hh-harmless transcript."""
-    parts = _TURN.split(text)
-    return [(parts[i], parts[i + 1].strip()) for i in range(1, len(parts) - 1, 2)]
-
-
 def _hh(split: str) -> list[ContentItem]:
-    path = data_root("hh-harmless") / "harmless-base-test.jsonl.gz"
     out = []
-    with gzip.open(path, "rt", encoding="utf-8") as fh:
-        for i, line in enumerate(fh):
-            row = json.loads(line)
-            turns = {k: hh_turns(row[k]) for k in ("chosen", "rejected")}
-            if any(len(t) < 2 or t[-1][0] != "Assistant" or t[-2][0] != "Human"
-                   for t in turns.values()):
-                continue
-            context = row["chosen"][:row["chosen"].rfind("\n\nAssistant: ")]
-            if hh_split(context) != split:
-                continue
-            request = turns["chosen"][-2][1]
-            for k in ("chosen", "rejected"):
-                answer = turns[k][-1][1]
-                if answer:
-                    out.append(ContentItem(f"hh/{i}/{k}", f"hh_{k}", split, request, answer,
-                                           "pairwise", pair=f"hh/{i}"))
+    for i, request, chosen, rejected in hh_pairs(split):
+        for k, answer in (("chosen", chosen), ("rejected", rejected)):
+            if answer:
+                out.append(ContentItem(f"hh/{i}/{k}", f"hh_{k}", split, request, answer,
+                                       "pairwise", pair=f"hh/{i}"))
     return out
 
 

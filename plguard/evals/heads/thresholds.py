@@ -1,15 +1,19 @@
 """Decision thresholds for a heads file, fitted on dev without reading heads in-sample.
 
-A calibration file's thresholds are fitted on the dev split's labelled XSTest pairs
+A calibration file's thresholds are fitted on labelled dev pairs
 (:func:`plguard.evals.quality.fit.fit_thresholds`: max F1 for unsafe compliance, the
-net benefit of rewriting for over-refusal). Heads are trained on those same pairs, so
-their own scores of them are in-sample: too confident, and thresholds fitted on them
-would sit where no test pair lands. Here every dev pair is scored by heads **cross-fitted**
-by prompt: the pairs of one fold of XSTest dev prompts are scored by heads trained on the
-rest of the corpus (every other source and the other folds' prompts and answers), each
-head with the readout, layer, mode and strength the heads file chose (those choices were
-made on all of dev: a small leak, said in the file). Each fold head gets its own Platt
-map on its own out-of-fold scores, as :mod:`plguard.heads.fit` does.
+net benefit of rewriting for over-refusal), **pooled over every source that has pairs with
+outcome labels**: XSTest's human-labelled answers, CoCoNot's helpful ``chosen`` answers to
+benign requests, and the guarded model's own drafts where the heads file was fitted with
+them (``--drafts``), so a threshold is not a property of one data set. Heads are trained
+on those same pairs, so their own scores of them are in-sample: too confident, and
+thresholds fitted on them would sit where no test pair lands. Here every dev pair is scored
+by heads **cross-fitted** by prompt: the pairs of one fold of dev prompts are scored by
+heads trained on the rest of the corpus (every other fold's prompts and answers, of every
+source; a draft shares its fold with the prompt it answers), each head with the readout,
+layer, mode and strength the heads file chose (those choices were made on all of dev: a
+small leak, said in the file). Each fold head gets its own Platt map on its own
+out-of-fold scores, as :mod:`plguard.heads.fit` does.
 
 The result is a calibration file (no Platt maps for headed predicates: a head carries
 its own) that records the heads file it was fitted for, to use beside it:
@@ -18,6 +22,7 @@ its own) that records the heads file it was fitted for, to use beside it:
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,10 +40,44 @@ SEED = 0
 TARGETS = ("moderation", "pairs", "both")
 
 
+OUTCOME_LABELS = ("safe", "unsafe")  # request labels an outcome (XSTest's two) is read from
+
+
+def prompt_group(it: CorpusItem) -> str:
+    """``source/prompt id`` of an item; a draft's is its prompt's (drafts carry it as id)."""
+    return it.prompt_id if it.source == "drafts" else f"{it.source}/{it.prompt_id}"
+
+
+def outcome_pairs(items: Sequence[CorpusItem], prompt_ids: set[str] | None = None
+                  ) -> list[CorpusItem]:
+    """The pairs of ``items`` with outcome labels (request label and ``final_label``).
+
+    ``prompt_ids``: a sample of XSTest's prompts; the other sources' pairs are all kept.
+    """
+    return [it for it in items if it.response is not None
+            and it.fields.get("label") in OUTCOME_LABELS and it.fields.get("final_label")
+            and (prompt_ids is None or it.source != "xstest" or it.prompt_id in prompt_ids)]
+
+
+def pair_requests(items: Sequence[CorpusItem], pairs: Sequence[CorpusItem]
+                  ) -> dict[str, CorpusItem]:
+    """Prompt group -> the request item each pair answers (what request heads read).
+
+    The corpus's request item of the prompt, else (a draft of a prompt the corpus limit
+    left out) the pair's own request read alone: features are keyed by text, so both are
+    the same states.
+    """
+    out = {prompt_group(it): it for it in items if it.response is None}
+    for p in pairs:
+        out.setdefault(prompt_group(p), CorpusItem(f"{p.uid}/request", p.source, p.prompt_id,
+                                                   p.request, None, dict(p.fields)))
+    return out
+
+
 def prompt_folds(pairs: Sequence[CorpusItem], folds: int = FOLDS, seed: int = SEED
                  ) -> dict[str, int]:
-    """XSTest prompt id -> fold, seeded (a prompt's answers share its fold)."""
-    ids = sorted({p.prompt_id for p in pairs})
+    """Prompt group (:func:`prompt_group`) -> fold, seeded (a prompt's answers share it)."""
+    ids = sorted({prompt_group(p) for p in pairs})
     order = np.random.default_rng(seed).permutation(len(ids))
     return {ids[i]: k % folds for k, i in enumerate(order)}
 
@@ -97,16 +136,14 @@ def crossfit_matrix(policy: Any, ex: Extractor, items: Sequence[CorpusItem], hf:
     """
     from plguard.heads.fit import fold_head, labels_for
 
-    pairs = [it for it in items if it.source == "xstest" and it.response is not None
-             and (prompt_ids is None or it.prompt_id in prompt_ids)]
+    pairs = outcome_pairs(items, prompt_ids)
     fold = prompt_folds(pairs, folds, seed)
-    prompts = {it.prompt_id: it for it in items
-               if it.source == "xstest" and it.response is None}
+    prompts = pair_requests(items, pairs)
     labels = labels_for(policy, items)
     joint = _joint_columns(policy, ex, items, hf, pairs, prompts, folds)
     cols = []
     for spec in policy.predicates:
-        src = [prompts[p.prompt_id] if spec.scope == "request" else p for p in pairs]
+        src = [prompts[prompt_group(p)] if spec.scope == "request" else p for p in pairs]
         head = hf.heads.get(spec.name)
         if spec.name in joint:
             cols.append(list(joint[spec.name]))
@@ -128,10 +165,9 @@ def crossfit_matrix(policy: Any, ex: Extractor, items: Sequence[CorpusItem], hf:
         col = np.full(len(pairs), np.nan)
         for k in range(folds):
             held = {pid for pid, f in fold.items() if f == k}
-            keep = np.array([not (items[i].source == "xstest"
-                                  and items[i].prompt_id in held) for i in train])
+            keep = np.array([prompt_group(items[i]) not in held for i in train])
             model, platt = fold_head(X_tr[keep], y_tr[keep], C)
-            at = np.array([p.prompt_id in held for p in pairs])
+            at = np.array([prompt_group(p) in held for p in pairs])
             z = model.decision_function(X_ev[at])
             col[at] = platt.predict_proba(z.reshape(-1, 1))[:, 1]
         cols.append(list(col))
@@ -156,8 +192,8 @@ def _joint_columns(policy: Any, ex: Extractor, items: Sequence[CorpusItem], hf: 
     uniq = list(prompts.values())
     m = crossfit_requests(policy, ex, items, uniq, hf, folds)
     req = [s.name for s in policy.predicates if s.scope == "request"]
-    at = {it.prompt_id: i for i, it in enumerate(uniq)}
-    rows = [at[p.prompt_id] for p in pairs]
+    at = {prompt_group(it): i for i, it in enumerate(uniq)}
+    rows = [at[prompt_group(p)] for p in pairs]
     return {n: m[rows, req.index(n)] for n in names}
 
 
@@ -179,7 +215,7 @@ def threshold_document(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
     rule = rewrite or RewriteRule()
     pairs, m = crossfit_matrix(policy, ex, items, hf, folds, prompt_ids=prompt_ids)
     rows = [{"label": p.fields["label"], "final_label": p.fields["final_label"],
-             "prompt_id": p.prompt_id, "id": p.uid} for p in pairs]
+             "prompt_id": prompt_group(p), "id": p.uid} for p in pairs]
     recs = Records(rows, {})
     thresholds = fit_thresholds(recs, policy, m, rule)
     u, o = strongest(policy, m)
@@ -187,12 +223,14 @@ def threshold_document(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
     return {
         **heads_calibration_header(policy.id, identity, ex.grounder.template_version, hf.path),
         "fitted_on": {"split": ["dev"], "n_pairs": len(pairs),
-                      "n_prompts": len({p.prompt_id for p in pairs}),
+                      "n_prompts": len({prompt_group(p) for p in pairs}),
+                      "pairs_by_source": dict(Counter(p.source for p in pairs)),
                       **({"prompt_sample": f"a seeded {len(prompt_ids)} of the XSTest dev "
                           f"prompts (seed {SEED}); every dev item trains the heads"}
                          if prompt_ids else {}),
-                      "targets": "XSTest outcomes of the dev pairs, each scored by heads "
-                                 f"cross-fitted over {folds} folds of XSTest dev prompts "
+                      "targets": "outcomes (unsafe compliance, over-refusal) of the dev pairs "
+                                 "of every source with outcome labels, pooled, each scored "
+                                 f"by heads cross-fitted over {folds} folds of dev prompts "
                                  "(readout, layer, mode and strength as the heads file "
                                  "chose them on all of dev)",
                       "crossfit_auroc": {"unsafe": fast_auroc(y_u, u),
@@ -254,29 +292,38 @@ def fit_heads_thresholds(config: Any, heads: str | Path, out: str | Path, *,
     policy = load_policy(hf.policy_name)
     gb = gb or load_backend(config.grounder_model)
     items = load_corpus(tuple(sources or ()), "dev", hf.training.get("limit_per_source"))
+    drafts = hf.training.get("drafts")
+    if drafts:  # the guarded model's own answers the heads were fitted with
+        from plguard.heads.drafts import load_drafts
+
+        items += load_drafts(drafts["file"], int(drafts["n"]), tuple(sources or ())).items
     store = FeatureStore(default_store_path(gb))
     layers = hf.layers or default_layers(gb.n_layers)
     keep = sample_prompts(items, pairs_limit)
+    pairs = outcome_pairs(items, keep)
+    asked = {it.uid: it for it in items}
+    reqs = pair_requests(items, pairs)
+    scored = {it.uid: it for it in [*pairs, *(reqs[prompt_group(p)] for p in pairs)]}
     asks = any(h.readout in ("question", "pair_prefix") or h.mode != "head"
                for h in hf.heads.values())
     if asks:
         ex = Extractor(gb, policy.predicates, config.grounding, store, layers,
                        pool=hf.reads("pool"))
-        ex.run(items, progress=progress)
+        ex.run(list({**asked, **scored}.values()), progress=progress)
     else:
         # Question-free heads train on states alone (one forward per item, the same keys),
         # of the scopes that have heads (request-only heads need no pair forwarded); only
-        # the predicates without a head are asked, and only of XSTest's dev prompts and
-        # pairs, where they are read zero-shot.
+        # the predicates without a head are asked, and only of the scored pairs and their
+        # requests, where they are read zero-shot.
         headed = {policy.predicate(n).scope for n in hf.heads}
         Extractor(gb, policy.predicates, config.grounding, store, layers, questions=False,
                   pairs=False, pool=hf.reads("pool")).run(
-            [it for it in items if it.scope in headed], progress=progress)
+            [it for it in {**asked, **scored}.values() if it.scope in headed],
+            progress=progress)
         unheaded = [s for s in policy.predicates if s.name not in hf.heads]
         ex = Extractor(gb, unheaded or policy.predicates, config.grounding, store, layers,
                        questions=bool(unheaded), pairs=False, pool=hf.reads("pool"))
-        ex.run([it for it in items if it.source == "xstest"
-                and (keep is None or it.prompt_id in keep)], progress=progress)
+        ex.run(list(scored.values()), progress=progress)
     doc = threshold_document(policy, ex, items, hf, backend_identity(gb), rewrite, folds,
                              prompt_ids=keep)
     ex.store.close()
@@ -295,5 +342,6 @@ def fit_heads_thresholds(config: Any, heads: str | Path, out: str | Path, *,
     return path
 
 
-__all__ = ["TARGETS", "crossfit_matrix", "fit_heads_thresholds", "prompt_folds",
-           "sample_prompts", "threshold_document"]
+__all__ = ["OUTCOME_LABELS", "TARGETS", "crossfit_matrix", "fit_heads_thresholds",
+           "outcome_pairs", "pair_requests", "prompt_folds", "prompt_group", "sample_prompts",
+           "threshold_document"]
