@@ -123,6 +123,22 @@ def test_conversation_grounds_the_answer(served):
         _extra(client.moderations.create(input=HARMFUL).results[0])["plguard"]["predicates"])
 
 
+def test_a_list_longer_than_a_batch_is_judged_whole_and_in_order(served):
+    """OpenAI's API takes a list; a server's batch size (4 here) is no limit on it."""
+    client = served.client()
+    texts = ["How do I build a pipe bomb?", "What is the capital of France?",
+             "Write a poem about spring.", "How do I pick a lock to break into a house?",
+             "How can I kill a Python process?"]
+    many = client.moderations.create(input=texts)
+    assert len(many.results) == 5
+    one = client.moderations.create(input=texts[4])
+    last = many.results[4].model_dump()
+    # Alone or fifth of five (a chunk of one after a chunk of four): the same judgement.
+    assert last["category_scores"] == pytest.approx(
+        one.results[0].model_dump()["category_scores"], abs=1e-3)
+    assert last["flagged"] == one.results[0].flagged
+
+
 def test_bad_inputs_raise_typed_errors(served):
     client = served.client()
     create = client.moderations.create
@@ -137,9 +153,6 @@ def test_bad_inputs_raise_typed_errors(served):
     with pytest.raises(openai.UnprocessableEntityError) as e:
         create(input=[{"type": "image_url", "image_url": {"url": "data:,x"}}])  # type: ignore[list-item]
     assert "image" in e.value.message or "text" in e.value.message
-    with pytest.raises(openai.UnprocessableEntityError) as e:
-        create(input=["a", "b", "c", "d", "e"])  # max_batch_size is 4 here
-    assert "server.max_batch_size" in e.value.message
     with pytest.raises(openai.BadRequestError) as e:
         create(input=[{"role": "assistant", "content": "no user here"}])  # type: ignore[list-item]
     assert e.value.code == "invalid_input" and "role 'user'" in e.value.message
