@@ -41,6 +41,7 @@ from plguard.heads.select import (
     rank_key,
     source_matrix,
     spread,
+    within_source,
     worst,
 )
 from plguard.types import PredicateSpec
@@ -76,6 +77,8 @@ class PredicateFit:
     why: str = ""
     why_groups: str = ""  # set when folds stood in for sources
     seen: dict[str, dict[str, int]] = field(default_factory=dict)  # source -> counts
+    # Own drafts: held out (no draft trains: before) and cross-fitted (the others do: after).
+    own_drafts: dict[str, float] = field(default_factory=dict)
     head: dict[str, Any] | None = None
     skipped: str = ""
 
@@ -305,6 +308,10 @@ def _fit_one(spec: PredicateSpec, ex: Extractor, items: Sequence[CorpusItem],
     w, res.choice, res.why = _choose_blend(d, sc, zs, has_zs, cost_margin, res)
     if res.why_groups:
         res.why += f" ({res.why_groups})"
+    if "drafts" in d.sources:  # the guarded model's own answers, seen in training
+        res.own_drafts = {"held_out": round(metrics.get("drafts", math.nan), 4),
+                          "cross_fitted": round(within_source(d, "drafts",
+                                                              partial(_fit_at, C=C)), 4)}
     if lodo:
         res.matrix = source_matrix(d, partial(_fit_at, C=C), metrics)
         if has_zs:
@@ -331,7 +338,7 @@ def _fit_one(spec: PredicateSpec, ex: Extractor, items: Sequence[CorpusItem],
                 "info": {"worst_heldout": round(res.cv_auroc, 4),
                          "worst_source": res.worst_source, "heldout": res.heldout,
                          "C": C, "n_pos": n_pos, "n_neg": n_neg, "n_pairs": len(pairs),
-                         "seen": res.seen,
+                         "seen": res.seen, "own_drafts": res.own_drafts,
                          "blend_weight": w, "choice": res.choice, "why": res.why,
                          "zero_shot_auroc": None if math.isnan(res.zero_shot_auroc)
                          else round(res.zero_shot_auroc, 4)}}

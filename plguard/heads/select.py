@@ -232,6 +232,30 @@ def source_matrix(d: Data, fit: Callable[[Data], Linear], loso: Mapping[str, flo
     return out
 
 
+def within_source(d: Data, source: str, fit: Callable[[Data], Linear], folds: int = 5,
+                  seed: int = 0) -> float:
+    """The held-out metric of ``source`` when its *other* items train too.
+
+    Each of ``folds`` seeded folds of the source's rows is scored by a head fitted on every
+    other source and the source's other folds: what seeing this kind of item buys, where
+    :func:`loso_scores` shows what a head that never saw it reads (the guarded model's own
+    drafts, before and after). Rows only (no pairs); NaN when the source has one class.
+    """
+    rows = np.flatnonzero(d.groups == source)
+    if len(rows) < folds or not 0 < d.y[rows].sum() < len(rows):
+        return math.nan
+    fold = np.random.default_rng(seed).permutation(len(rows)) % folds
+    s = np.full(len(d.y), np.nan)
+    for k in range(folds):
+        test = np.zeros(len(d.y), dtype=bool)
+        test[rows[fold == k]] = True
+        train = Data(d.X[~test], d.y[~test], d.groups[~test], d.Xa, d.Xb, d.pair_groups)
+        if train.fittable():
+            s[test] = fit(train)(d.X[test])
+    return heldout_metrics(d, Scored(s, np.full(len(d.Xa), np.nan),
+                                     np.full(len(d.Xa), np.nan)), [source])[source]
+
+
 def zero_shot_metrics(d: Data, zs: np.ndarray, zsa: np.ndarray, zsb: np.ndarray
                       ) -> dict[str, float]:
     """The held-out metrics of the zero-shot logits (NaN rows: not asked) per source."""
@@ -258,4 +282,4 @@ def spread(sc: Scored) -> float:
 
 __all__ = ["BLEND_WEIGHTS", "C_GRID", "PAIR_WEIGHT", "QUICK_C", "Data", "Linear", "Scored",
            "blend", "fit_linear", "heldout_metrics", "loso_scores", "pairwise_accuracy", "spread",
-           "rank_key", "source_matrix", "worst", "zero_shot_metrics"]
+           "rank_key", "source_matrix", "within_source", "worst", "zero_shot_metrics"]

@@ -153,6 +153,7 @@ def fit_heads(config: GuardConfig, out: str | Path, options: FitOptions | None =
             "features": round(t2 - t1, 1),
             "fit": round(t3 - t2, 1), "forwarded_items": float(forwarded)}
     matrices = {f.name: {"matrix": f.matrix, "choice": f.choice, "why": f.why, "seen": f.seen,
+                         "own_drafts": f.own_drafts,
                          "worst_source": f.worst_source, "n_pos": f.n_pos, "n_neg": f.n_neg,
                          "n_pairs": f.n_pairs} for f in fits if f.matrix}
     (path.with_suffix(".sources.json")).write_text(json.dumps(
@@ -275,6 +276,13 @@ def format_report(policy: str, model: str, fits: Sequence[PredicateFit],
         lines.append(f"| {f.name} | {f.scope} | {counts} | {f.choice or 'head'} | "
                      f"{f.readout}@{f.layer} | {_f(f.cv_auroc)} ({f.worst_source or '-'}) | "
                      f"{_f(f.zero_shot_auroc)} | {f.why} |")
+    own = [f for f in fits if f.own_drafts]
+    if own:
+        lines += ["", "Own drafts (source `drafts`): held out (a head that saw none of them) "
+                  "and cross-fitted (5 folds of drafts, the other folds training beside every "
+                  "other source): "
+                  + "; ".join(f"{f.name} {_f(f.own_drafts['held_out'])} -> "
+                              f"{_f(f.own_drafts['cross_fitted'])}" for f in own) + "."]
     with_matrix = [f for f in fits if f.matrix]
     if with_matrix:
         lines += ["", "## Source x source", "",
