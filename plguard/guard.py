@@ -129,8 +129,15 @@ class Guard:
     ) -> Guard:
         """Build a Guard from a config object, a YAML path or a mapping.
 
-        ``overrides`` are dotted keys (``policy="detailed"``, ``**{"thresholds.unsafe": 0.3}``).
+        ``overrides`` are dotted keys (``policy="detailed"``, ``**{"thresholds.unsafe": 0.3}``);
+        a dotted key set to None sets that key to null (``**{"grounding.heads": None}``:
+        no heads), as ``--set key=null`` does.
         """
+        from plguard.config import NULL
+
+        # A dotted key is always named on purpose: None there means null, not "not given"
+        # (which is what None means for the plain keyword defaults of the Python API).
+        overrides = {k: NULL if v is None and "." in k else v for k, v in overrides.items()}
         if isinstance(config, GuardConfig):
             cfg = (GuardConfig.from_dict(config.model_dump(), **overrides)
                    if overrides else config)

@@ -130,3 +130,14 @@ def test_guard_as_context_manager_closes_the_cache_not_a_passed_backend(embedded
     g.close()  # idempotent
     # The backend was passed in, so it is the caller's and still serves.
     assert embedded_backend.count_tokens("still open") > 0
+
+
+def test_a_dotted_none_override_sets_the_key_to_null():
+    """``grounding.heads: None`` turns the shipped heads off (it used to be skipped as
+    "not given", leaving them on)."""
+    on = Guard.from_config(policy="minimal")
+    off = Guard.from_config(policy="minimal", **{"grounding.heads": None})
+    assert on.grounder.heads is not None
+    assert off.config.grounding.heads is None and off.grounder.heads is None
+    # A plain keyword's None still means "not given".
+    assert Guard.from_config(policy=None).config.policy == on.config.policy
