@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Heads chosen for transfer (issue 40): every result under eval/results/heads-transfer-<model>
+# comes from these commands. Each stage is resumable: features are cached per model under
+# the plguard cache dir and drafts in their JSONL file, so nothing is forwarded twice.
+#
+#   MODEL=embedded scripts/results/heads_transfer.sh STAGE
+#   MODEL=/work/models/qwen2.5-coder-1.5b-instruct.gguf NAME=qwen1.5b scripts/results/... STAGE
+#
+# Stages: features (the corpus's one-forward states), fit (minimal, detailed, hazards: the
+# recipe shipped), ablate (minimal and detailed without augmentation, without drafts, and
+# with neither: what each bought, on dev), tables (tables.md from the fits), thresholds
+# (pooled dev thresholds for minimal), ship (copy the embedded heads into the package).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+MODEL=${MODEL:-embedded}
+NAME=${NAME:-embedded}
+R=eval/results/heads-transfer-$NAME
+LIMIT=${LIMIT:-200}    # dev items (hh-harmless: pairs) per source
+DRAFTS=${DRAFTS:-150}  # the generator's own answers to dev prompts of every kind
+AUGMENT=${AUGMENT:-2}  # phrasing rewrites per request
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+# Every labelled source we have: XSTest, AILuminate, CoCoNot (safety, plain, the hazards
+# kinds), the S14 requests and hh-harmless's preference pairs.
+ALL=xstest,ailuminate,coconot,coconot_plain,coconot_hazards,plguard_s14,hh_harmless
+ONE="--readouts prefix,pair_prefix,pool"  # one forward per item: no question asked
+pl() { python3 -m plguard "$@"; }
+set_model() { if [ "$MODEL" != embedded ]; then
+  echo --set generator.path="$MODEL" --set grounder.path="$MODEL" \
+       --set grounder.dtype=bfloat16; fi; }
+mkdir -p "$R"
+
+fit() { # policy out [extra options]
+  local p=$1 out=$2; shift 2
+  # shellcheck disable=SC2046
+  pl heads fit --policy "$p" --sources $ALL --limit-per-source "$LIMIT" $ONE --quiet \
+    $(set_model) --out "$out" "$@"
+}
+
+case "${1:?stage}" in
+features)
+  python3 scripts/heads_features.py --model "$MODEL" --policies minimal,detailed,hazards \
+    --dev-limit "$LIMIT" --no-questions --sources $ALL ;;
+fit)
+  # The drafts file is shared by the policies (one generator), made by the first fit.
+  D="--drafts $DRAFTS --drafts-file $R/drafts.jsonl"
+  fit minimal "$R/heads-minimal.json" --augment "$AUGMENT" $D
+  fit detailed "$R/heads-detailed.json" --augment "$AUGMENT" $D
+  fit hazards "$R/heads-hazards.json" --augment "$AUGMENT" $D ;;
+ablate)
+  mkdir -p "$R/ablations"
+  D="--drafts $DRAFTS --drafts-file $R/drafts.jsonl"
+  for p in minimal detailed; do
+    fit $p "$R/ablations/$p-no-augment.json" $D
+    fit $p "$R/ablations/$p-no-drafts.json" --augment "$AUGMENT"
+    fit $p "$R/ablations/$p-neither.json"
+  done ;;
+tables)
+  python3 scripts/results/heads_transfer_table.py "$R" > "$R/tables.md" ;;
+thresholds)
+  # shellcheck disable=SC2046
+  pl eval quality fit-heads --heads "$R/heads-minimal.json" $(set_model) \
+    --out "$R/calibration-minimal.json" --no-progress ;;
+ship)
+  for p in minimal detailed hazards; do
+    cp "$R/heads-$p.json" plguard/heads/shipped/embedded-$p.json
+  done ;;
+*) echo "unknown stage $1" >&2; exit 2 ;;
+esac
