@@ -79,6 +79,8 @@ class PredicateFit:
     seen: dict[str, dict[str, int]] = field(default_factory=dict)  # source -> counts
     # Own drafts: held out (no draft trains: before) and cross-fitted (the others do: after).
     own_drafts: dict[str, float] = field(default_factory=dict)
+    # The candidate pooled cross-validation (the old rule) picks, and its held-out sources.
+    by_cv: dict[str, Any] = field(default_factory=dict)
     head: dict[str, Any] | None = None
     skipped: str = ""
 
@@ -280,11 +282,18 @@ def _fit_one(spec: PredicateSpec, ex: Extractor, items: Sequence[CorpusItem],
         return Data(X(idx), y, groups, X(ia), X(ib), pgroups, scored)
 
     quick: dict[tuple[str, int], dict[str, float]] = {}
+    pooled: dict[tuple[str, int], float] = {}  # what cross-validation alone would pick
+    folds = _folds(y)
     for r in readouts:
         for layer in layers:
             d = data_of(r, layer)
             quick[r, layer] = heldout_metrics(d, loso_scores(d, partial(_fit_at, C=QUICK_C)))
             res.candidates[f"{r}@{layer}"] = round(worst(quick[r, layer])[0], 4)
+            cv = Data(d.X, d.y, folds, d.X[:0], d.X[:0], np.array([], dtype=str), d.scored)
+            pooled[r, layer] = auroc(y, loso_scores(cv, partial(_fit_at, C=QUICK_C)).s)
+    by_cv = max(pooled, key=lambda k: pooled[k])
+    res.by_cv = {"readout": by_cv[0], "layer": by_cv[1], "cv_auroc": round(pooled[by_cv], 4),
+                 "heldout": {k: round(v, 4) for k, v in quick[by_cv].items()}}
     r, layer = max(quick, key=lambda k: rank_key(quick[k]))
     # A readout that costs no question and no extra forward wins within the margin.
     cheap = [k for k in quick if _cheap(k[0], spec.scope)]
@@ -314,6 +323,7 @@ def _fit_one(spec: PredicateSpec, ex: Extractor, items: Sequence[CorpusItem],
                                                               partial(_fit_at, C=C)), 4)}
     if lodo:
         res.matrix = source_matrix(d, partial(_fit_at, C=C), metrics)
+        res.matrix["chosen by CV (before)"] = res.by_cv["heldout"]
         if has_zs:
             res.matrix["zero-shot"] = res.zero_shot_heldout
     if w == 0.0:

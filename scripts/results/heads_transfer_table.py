@@ -39,9 +39,10 @@ def choices(folder: Path) -> list[str]:
         fits = _fits(path)
         srcs = sorted({s for f in fits.values() for s in f.get("heldout") or {}})
         out += ["", f"### {policy}", "",
-                "| predicate | choice | readout@layer | worst held-out | "
+                "| predicate | choice | readout@layer | worst held-out | chosen by CV (before): "
+                "readout@layer, worst held-out | "
                 + " | ".join(srcs) + " | own drafts held out -> cross-fitted |",
-                "|---" * (len(srcs) + 5) + "|"]
+                "|---" * (len(srcs) + 6) + "|"]
         for name, f in fits.items():
             h, z = f.get("heldout") or {}, f.get("zero_shot_heldout") or {}
             cells = [f"{_f(h.get(s))} ({_f(z.get(s))})" if s in h else "-" for s in srcs]
@@ -50,8 +51,11 @@ def choices(folder: Path) -> list[str]:
             at = f"{f['readout']}@{f['layer']}" if f.get("readout") else "-"
             worst = f"{_f(f.get('cv_auroc'))} ({f.get('worst_source') or '-'})" \
                 if h else "-"
+            cv = f.get("by_cv") or {}
+            before = (f"{cv['readout']}@{cv['layer']}, "
+                      f"{_f(min(cv['heldout'].values(), default=None))}" if cv else "-")
             out.append(f"| {name} | {f.get('choice') or 'zero-shot'} | {at} | {worst} | "
-                       + " | ".join(cells) + f" | {own} |")
+                       f"{before} | " + " | ".join(cells) + f" | {own} |")
     return out
 
 

@@ -164,7 +164,11 @@ def test_fit_one_rejects_a_shortcut_and_writes_the_matrix():
     assert fit.candidates["question@1"] < 0.5 < fit.candidates["prefix@1"]
     assert set(fit.heldout) == {"a", "b", "c"}
     assert fit.cv_auroc == pytest.approx(min(fit.heldout.values()), abs=1e-4)
-    assert set(fit.matrix) == {"a", "b", "c", "others", "zero-shot"}
+    assert set(fit.matrix) == {"a", "b", "c", "others", "zero-shot", "chosen by CV (before)"}
+    # Pooled cross-validation (the old rule) picks the shortcut, backwards on c.
+    assert fit.by_cv["readout"] == "question"
+    assert fit.by_cv["cv_auroc"] > 0.8 and fit.cv_auroc > 0.5  # in- vs out-of-source
+    assert fit.matrix["chosen by CV (before)"]["c"] < 0.5
     assert fit.matrix["a"]["c"] > 0.5 and "a" not in fit.matrix["a"]
     assert fit.head["info"]["worst_source"] == fit.worst_source
 
