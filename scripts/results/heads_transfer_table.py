@@ -53,7 +53,8 @@ def choices(folder: Path) -> list[str]:
                 if h else "-"
             cv = f.get("by_cv") or {}
             before = (f"{cv['readout']}@{cv['layer']}, "
-                      f"{_f(min(cv['heldout'].values(), default=None))}" if cv else "-")
+                      f"{_f(min((v for v in cv['heldout'].values() if v == v), default=None))}"
+                      if cv else "-")
             out.append(f"| {name} | {f.get('choice') or 'zero-shot'} | {at} | {worst} | "
                        f"{before} | " + " | ".join(cells) + f" | {own} |")
     return out
