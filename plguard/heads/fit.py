@@ -375,11 +375,11 @@ def _choose_blend(d: Data, sc: Scored, zs: Scored, has_zs: bool, res: PredicateF
                   ) -> tuple[float, str, str]:
     """(head weight, choice, why): the head, else the best of zero-shot and the blends.
 
-    The head ships unless it falls below zero-shot on its own worst held-out source,
-    compared on the items zero-shot was read on (a blend asks the question on every
-    request, so it is no alternative to a head that holds). Otherwise the blends that do
-    not fall below zero-shot on their own worst source, and zero-shot itself (which never
-    does), compete by their worst held-out source. Without zero-shot readings the floor
+    The head ships unless its worst held-out source reads below zero-shot's reading of
+    that source (a blend asks the question on every request, so it is no alternative to a
+    head that holds). Otherwise the blends that do not fall below zero-shot on their own
+    worst source, and zero-shot itself (which never does), compete by their worst held-out
+    source, all on the items zero-shot was read on. Without zero-shot readings the floor
     is chance.
     """
     if not has_zs:
@@ -391,7 +391,7 @@ def _choose_blend(d: Data, sc: Scored, zs: Scored, has_zs: bool, res: PredicateF
     zsm = heldout_metrics(d, zs)
     tried: dict[float, dict[str, float]] = {}
     passing = []
-    for w in BLEND_WEIGHTS:
+    for w in BLEND_WEIGHTS:  # every weight is scored (the report shows them), 1 included
         m = heldout_metrics(d, blend(sc, zs, w)) if w > 0 else zsm
         tried[w] = m
         v, src = worst(m)
@@ -399,11 +399,11 @@ def _choose_blend(d: Data, sc: Scored, zs: Scored, has_zs: bool, res: PredicateF
         if w == 0.0 or math.isnan(v) or math.isnan(floor) or v >= floor:
             passing.append(w)
     res.blends = {str(w): round(worst(m)[0], 4) for w, m in tried.items()}
-    hv, hs = worst(tried[1.0])
-    if 1.0 in passing:  # the head holds its worst source against zero-shot: one read
-        return 1.0, "head", (f"worst held-out source {res.worst_source} {res.cv_auroc:.3f}; "
-                             f"on the items zero-shot was read on {hv:.3f} ({hs}) vs "
-                             f"zero-shot there {zsm.get(hs, math.nan):.3f}")
+    hv, hs = res.cv_auroc, res.worst_source
+    floor = zsm.get(hs, math.nan)
+    if math.isnan(floor) or hv >= floor:  # holds its worst source against zero-shot
+        return 1.0, "head", (f"worst held-out source {hs} {hv:.3f} vs zero-shot there "
+                             f"{floor:.3f}")
     best = max(passing, key=lambda w: rank_key(tried[w]))
     v, src = worst(tried[best])
     if best == 0.0:

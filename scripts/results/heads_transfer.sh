@@ -45,7 +45,8 @@ fit)
   D="--drafts $DRAFTS --drafts-file $R/drafts.jsonl"
   fit minimal "$R/heads-minimal.json" --augment "$AUGMENT" $D
   fit detailed "$R/heads-detailed.json" --augment "$AUGMENT" $D
-  fit hazards "$R/heads-hazards.json" --augment "$AUGMENT" $D ;;
+  # hazards judges requests alone (moderation): no pair read, so prefix and pool only.
+  fit hazards "$R/heads-hazards.json" --augment "$AUGMENT" $D --readouts prefix,pool ;;
 ablate)
   mkdir -p "$R/ablations"
   D="--drafts $DRAFTS --drafts-file $R/drafts.jsonl"
@@ -57,12 +58,17 @@ ablate)
 tables)
   python3 scripts/results/heads_transfer_table.py "$R" > "$R/tables.md" ;;
 thresholds)
+  # Pooled dev thresholds: minimal's pairs; hazards' moderation and pairs (shipped with it).
   # shellcheck disable=SC2046
   pl eval quality fit-heads --heads "$R/heads-minimal.json" $(set_model) \
-    --out "$R/calibration-minimal.json" --no-progress ;;
+    --out "$R/calibration-minimal.json" --no-progress
+  # shellcheck disable=SC2046
+  pl eval quality fit-heads --policy hazards --heads "$R/heads-hazards.json" $(set_model) \
+    --target both --out "$R/calibration-hazards.json" --no-progress ;;
 ship)
   for p in minimal detailed hazards; do
     cp "$R/heads-$p.json" plguard/heads/shipped/embedded-$p.json
-  done ;;
+  done
+  cp "$R/calibration-hazards.json" plguard/heads/shipped/embedded-hazards.calibration.json ;;
 *) echo "unknown stage $1" >&2; exit 2 ;;
 esac
