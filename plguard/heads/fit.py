@@ -281,16 +281,31 @@ def _fit_one(spec: PredicateSpec, ex: Extractor, items: Sequence[CorpusItem],
 
         return Data(X(idx), y, groups, X(ia), X(ib), pgroups, scored)
 
-    quick: dict[tuple[str, int], dict[str, float]] = {}
     pooled: dict[tuple[str, int], float] = {}  # what cross-validation alone would pick
     folds = _folds(y)
-    for r in readouts:
-        for layer in layers:
-            d = data_of(r, layer)
-            quick[r, layer] = heldout_metrics(d, loso_scores(d, partial(_fit_at, C=QUICK_C)))
-            res.candidates[f"{r}@{layer}"] = round(worst(quick[r, layer])[0], 4)
-            cv = Data(d.X, d.y, folds, d.X[:0], d.X[:0], np.array([], dtype=str), d.scored)
-            pooled[r, layer] = auroc(y, loso_scores(cv, partial(_fit_at, C=QUICK_C)).s)
+
+    def rank_candidates() -> dict[tuple[str, int], dict[str, float]]:
+        out: dict[tuple[str, int], dict[str, float]] = {}
+        for r in readouts:
+            for layer in layers:
+                d = data_of(r, layer)
+                out[r, layer] = heldout_metrics(d, loso_scores(d, partial(_fit_at, C=QUICK_C)))
+                res.candidates[f"{r}@{layer}"] = round(worst(out[r, layer])[0], 4)
+                if (r, layer) not in pooled:
+                    cv = Data(d.X, d.y, folds, d.X[:0], d.X[:0], np.array([], dtype=str),
+                              d.scored)
+                    pooled[r, layer] = auroc(y, loso_scores(cv, partial(_fit_at, C=QUICK_C)).s)
+        return out
+
+    quick = rank_candidates()
+    if all(math.isnan(worst(m)[0]) for m in quick.values()):
+        # No source could be held out and measured (one source holds every item of a
+        # class): seeded stratified folds stand in for sources, and the report says so.
+        groups = folds
+        pgroups = np.array([f"fold{i % FOLDS + 1}" for i in range(len(ia))])
+        res.why_groups = ("no source could be held out with both classes left: "
+                          f"{FOLDS} stratified folds stand in for sources")
+        quick = rank_candidates()
     by_cv = max(pooled, key=lambda k: pooled[k])
     res.by_cv = {"readout": by_cv[0], "layer": by_cv[1], "cv_auroc": round(pooled[by_cv], 4),
                  "heldout": {k: round(v, 4) for k, v in quick[by_cv].items()}}
@@ -334,6 +349,11 @@ def _fit_one(spec: PredicateSpec, ex: Extractor, items: Sequence[CorpusItem],
     from sklearn.linear_model import LogisticRegression
 
     # Platt map on held-out scores: probabilities as a new source would see them.
+    if not 0 < y[ok].sum() < ok.sum():  # one class held out: fold scores map instead
+        fs = loso_scores(Data(d.X, d.y, _folds(y), d.Xa, d.Xb, d.pair_groups, d.scored),
+                         partial(_fit_at, C=C))
+        final = blend(fs, zs, w) if w < 1.0 else fs
+        ok = np.isfinite(final.s)
     platt = LogisticRegression(C=1e4, max_iter=1000).fit(final.s[ok].reshape(-1, 1), y[ok])
     if w < 1.0:
         h0, z0 = spread(sc), spread(zs)

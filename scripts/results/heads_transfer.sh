@@ -50,7 +50,7 @@ fit)
 ablate)
   mkdir -p "$R/ablations"
   D="--drafts $DRAFTS --drafts-file $R/drafts.jsonl"
-  for p in minimal detailed; do
+  for p in ${POLICIES:-minimal detailed}; do
     fit $p "$R/ablations/$p-no-augment.json" $D
     fit $p "$R/ablations/$p-no-drafts.json" --augment "$AUGMENT"
     fit $p "$R/ablations/$p-neither.json"
@@ -58,10 +58,7 @@ ablate)
 tables)
   python3 scripts/results/heads_transfer_table.py "$R" > "$R/tables.md" ;;
 thresholds)
-  # Pooled dev thresholds: minimal's pairs; hazards' moderation and pairs (shipped with it).
-  # shellcheck disable=SC2046
-  pl eval quality fit-heads --heads "$R/heads-minimal.json" $(set_model) \
-    --out "$R/calibration-minimal.json" --no-progress
+  # Pooled dev thresholds: hazards' moderation and pairs (shipped beside its heads).
   # shellcheck disable=SC2046
   pl eval quality fit-heads --policy hazards --heads "$R/heads-hazards.json" $(set_model) \
     --target both --out "$R/calibration-hazards.json" --no-progress ;;
