@@ -34,6 +34,7 @@ from plguard.heads.select import (
     Data,
     Linear,
     Scored,
+    best_choice,
     blend,
     fit_linear,
     heldout_metrics,
@@ -309,11 +310,11 @@ def _fit_one(spec: PredicateSpec, ex: Extractor, items: Sequence[CorpusItem],
     by_cv = max(pooled, key=lambda k: pooled[k])
     res.by_cv = {"readout": by_cv[0], "layer": by_cv[1], "cv_auroc": round(pooled[by_cv], 4),
                  "heldout": {k: round(v, 4) for k, v in quick[by_cv].items()}}
-    r, layer = max(quick, key=lambda k: rank_key(quick[k]))
+    r, layer = best_choice(quick)
     # A readout that costs no question and no extra forward wins within the margin.
     cheap = [k for k in quick if _cheap(k[0], spec.scope)]
     if cheap:
-        c = max(cheap, key=lambda k: rank_key(quick[k]))
+        c = best_choice({k: quick[k] for k in cheap})
         if rank_key(quick[c])[0] >= rank_key(quick[r, layer])[0] - cost_margin:
             r, layer = c
     d = data_of(r, layer)
@@ -321,7 +322,7 @@ def _fit_one(spec: PredicateSpec, ex: Extractor, items: Sequence[CorpusItem],
     for C in C_GRID:
         sc = loso_scores(d, partial(_fit_at, C=C))
         by_C[C] = (heldout_metrics(d, sc), sc)
-    C = max(C_GRID, key=lambda c: rank_key(by_C[c][0]))
+    C = best_choice({c: by_C[c][0] for c in C_GRID})
     metrics, sc = by_C[C]
     res.heldout = {k: round(v, 4) for k, v in metrics.items()}
     res.not_held_out = sc.not_held_out
@@ -424,7 +425,7 @@ def _choose_blend(d: Data, sc: Scored, zs: Scored, has_zs: bool, res: PredicateF
     if math.isnan(floor) or hv >= floor:  # holds its worst source against zero-shot
         return 1.0, "head", (f"worst held-out source {hs} {hv:.3f} vs zero-shot there "
                              f"{floor:.3f}")
-    best = max(passing, key=lambda w: rank_key(tried[w]))
+    best = best_choice({w: tried[w] for w in passing})
     v, src = worst(tried[best])
     if best == 0.0:
         return 0.0, "zero-shot", (f"the head's worst held-out source {hs} reads {hv:.3f}, "

@@ -18,6 +18,9 @@ was scored by a head that never saw its source:
 * preference pairs (``hh_harmless``): pairwise accuracy, the share of pairs whose more
   harmful reply scores higher (ties count half). Like AUROC, 0.5 is chance.
 
+Worst sources within :data:`WORST_TOLERANCE` of each other are a tie, broken by the mean
+over sources (:func:`best_choice`): a source's sampling noise is about that size.
+
 A source is not held out when the others alone lack a class (no head can be fitted); the
 matrix says so.
 
@@ -31,6 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -210,6 +214,23 @@ def rank_key(metrics: Mapping[str, float]) -> tuple[float, float]:
     return (min(ok), float(np.mean(ok))) if ok else (-math.inf, -math.inf)
 
 
+WORST_TOLERANCE = 0.03  # worst-source AUROCs this close are a tie (a source's sampling noise)
+
+
+def best_choice(options: Mapping[Any, Mapping[str, float]],
+                tolerance: float = WORST_TOLERANCE) -> Any:
+    """The option with the best worst held-out source, the mean deciding within a tolerance.
+
+    A worst source near chance for every option (hh-harmless's subtle pairs on a small
+    model) would otherwise pick by noise and give up every other source for it: among the
+    options within ``tolerance`` of the best worst, the best mean over sources wins.
+    """
+    keys = {k: rank_key(m) for k, m in options.items()}
+    top = max(v[0] for v in keys.values())
+    near = [k for k, v in keys.items() if v[0] >= top - tolerance]
+    return max(near, key=lambda k: keys[k][1])
+
+
 def source_matrix(d: Data, fit: Callable[[Data], Linear], loso: Mapping[str, float]
                   ) -> dict[str, dict[str, float]]:
     """Train source x test source, and the row ``others`` (leave-one-source-out, ``loso``).
@@ -280,6 +301,7 @@ def spread(sc: Scored) -> float:
     return sd if sd > 1e-8 else 1.0
 
 
-__all__ = ["BLEND_WEIGHTS", "C_GRID", "PAIR_WEIGHT", "QUICK_C", "Data", "Linear", "Scored",
-           "blend", "fit_linear", "heldout_metrics", "loso_scores", "pairwise_accuracy", "spread",
-           "rank_key", "source_matrix", "within_source", "worst", "zero_shot_metrics"]
+__all__ = ["BLEND_WEIGHTS", "C_GRID", "PAIR_WEIGHT", "QUICK_C", "WORST_TOLERANCE", "Data",
+           "Linear", "Scored", "best_choice", "blend", "fit_linear", "heldout_metrics",
+           "loso_scores", "pairwise_accuracy", "rank_key", "source_matrix", "spread",
+           "within_source", "worst", "zero_shot_metrics"]

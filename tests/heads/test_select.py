@@ -190,3 +190,15 @@ def test_fit_one_keeps_zero_shot_when_it_transfers_better():
     assert fit.choice == "zero-shot" and fit.head is None
     assert "below zero-shot" in fit.why and "no blend beats" in fit.why
     assert min(fit.zero_shot_heldout.values()) > 0.9
+
+
+def test_worst_sources_within_the_tolerance_tie_and_the_mean_decides():
+    from plguard.heads.select import WORST_TOLERANCE, best_choice
+
+    near_chance_everywhere = {"a": 0.56, "b": 0.58, "hh": 0.55}
+    good_but_hh = {"a": 0.90, "b": 0.92, "hh": 0.53}
+    assert 0.55 - 0.53 <= WORST_TOLERANCE
+    assert best_choice({"x": near_chance_everywhere, "y": good_but_hh}) == "y"
+    # Beyond the tolerance the worst source decides.
+    assert best_choice({"x": near_chance_everywhere, "y": {**good_but_hh, "hh": 0.40}}) == "x"
+    assert best_choice({"x": {"a": math.nan}, "y": {"a": 0.6}}) == "y"
