@@ -31,6 +31,7 @@ from plguard.heads.select import (
     BLEND_WEIGHTS,
     C_GRID,
     QUICK_C,
+    WORST_TOLERANCE,
     Data,
     Linear,
     Scored,
@@ -397,10 +398,12 @@ def _choose_blend(d: Data, sc: Scored, zs: Scored, has_zs: bool, res: PredicateF
     """(head weight, choice, why): the head, else the best of zero-shot and the blends.
 
     The head ships unless its worst held-out source reads below zero-shot's reading of
-    that source (a blend asks the question on every request, so it is no alternative to a
-    head that holds). Otherwise the blends that do not fall below zero-shot on their own
-    worst source, and zero-shot itself (which never does), compete by their worst held-out
-    source, all on the items zero-shot was read on. Without zero-shot readings the floor
+    that source by more than :data:`~plguard.heads.select.WORST_TOLERANCE` (zero-shot is
+    read on a few dozen items a source: closer is noise; a blend asks the question on
+    every request, so it is no alternative to a head that holds). Otherwise the blends
+    that do not fall below zero-shot on their own worst source, and zero-shot itself (which
+    never does), compete by their worst held-out source, all on the items zero-shot was
+    read on. Without zero-shot readings the floor
     is chance.
     """
     if not has_zs:
@@ -422,7 +425,8 @@ def _choose_blend(d: Data, sc: Scored, zs: Scored, has_zs: bool, res: PredicateF
     res.blends = {str(w): round(worst(m)[0], 4) for w, m in tried.items()}
     hv, hs = res.cv_auroc, res.worst_source
     floor = zsm.get(hs, math.nan)
-    if math.isnan(floor) or hv >= floor:  # holds its worst source against zero-shot
+    # Holds its worst source against zero-shot, within the noise that ties sources.
+    if math.isnan(floor) or hv >= floor - WORST_TOLERANCE:
         return 1.0, "head", (f"worst held-out source {hs} {hv:.3f} vs zero-shot there "
                              f"{floor:.3f}")
     best = best_choice({w: tried[w] for w in passing})
