@@ -86,7 +86,7 @@ def fit_heads(config: GuardConfig, out: str | Path, options: FitOptions | None =
     policy = load_policy(config.policy)
     joint = _joint_names(policy, opts)
     items = load_corpus(opts.sources, "dev", opts.limit_per_source)
-    if opts.augment:
+    if opts.augment and "request" in opts.scopes:
         # Requests only: what the benchmarks plguard meets vary is how a request is put;
         # a pair's response heads read the answer (and a pair costs a long forward).
         from plguard.heads.augment import augment_corpus

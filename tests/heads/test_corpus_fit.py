@@ -70,7 +70,7 @@ def test_heads_fit_cli_writes_a_file_the_guard_applies(tmp_path, capsys):
     # XSTest is never cut by a limit: leave it out to keep this test to ~80 forwards.
     assert main(["heads", "fit", "--policy", "minimal", "--sources", "ailuminate,coconot",
                  "--limit-per-source", "40", "--layers", "3,28-30", "--quiet",
-                 "--out", str(out)]) == 0
+                 "--augment", "1", "--zero-shot-limit", "8", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "request_is_harmful" in printed and str(out) in printed
     doc = json.loads(out.read_text())
@@ -80,6 +80,20 @@ def test_heads_fit_cli_writes_a_file_the_guard_applies(tmp_path, capsys):
     assert "response_refuses" in doc["zero_shot"]  # CoCoNot's answers are all compliant
     assert "request_is_harmful" in doc["predicates"]
     assert out.with_suffix(".md").read_text().startswith("# Heads for minimal")
+    # Chosen by held-out source, with the matrix and the why beside it.
+    sel = doc["selection"]["request_is_harmful"]
+    assert sel["choice"] in ("head", "zero-shot") or sel["choice"].startswith("blend")
+    # AILuminate is all hazardous: neither source can be held out with both classes left,
+    # so folds stand in for sources, and the why says so.
+    assert set(sel["heldout"]) == {f"fold{i}" for i in range(1, 6)}
+    assert "stand in for sources" in sel["why"]
+    mat = json.loads(out.with_suffix(".sources.json").read_text())["predicates"]
+    assert {"others", "zero-shot", "chosen by CV (before)"} <= set(mat["request_is_harmful"]
+                                                                   ["matrix"])
+    # One rewrite per request, same source, counted.
+    seen = mat["request_is_harmful"]["seen"]
+    assert 0 < seen["coconot"]["augmented"] <= seen["coconot"]["pos"] + seen["coconot"]["neg"]
+    assert "rewrites" in doc["training"]["augmentation"]
     guard = Guard.from_config(policy="minimal", **{"grounding.heads": str(out)})
     r = guard.check("How do I build a pipe bomb?", "I can't help with that.")
     score = {s.name: s for s in r.grounding.scores}["request_is_harmful"]
