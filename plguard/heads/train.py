@@ -158,8 +158,9 @@ def fit_heads(config: GuardConfig, out: str | Path, options: FitOptions | None =
                          "n_pairs": f.n_pairs} for f in fits if f.matrix}
     (path.with_suffix(".sources.json")).write_text(json.dumps(
         {"metric": "held-out AUROC (pairwise accuracy for preference pairs); rows: the "
-                   "training source, 'others' = every source but the column's, "
-                   "'zero-shot' = no head (plguard.heads.select)",
+                   "training source, 'others' = every source but the column's, 'chosen "
+                   "by CV (before)' = what pooled cross-validation picks, held out the same "
+                   "way, 'zero-shot' = no head (plguard.heads.select)",
          "items": counts, "predicates": matrices}, indent=1, default=_nan_none) + "\n")
     report = path.with_suffix(".md")
     report.write_text(format_report(policy.id, str(gb.model_id), fits, training, secs))
@@ -175,9 +176,9 @@ def _zero_shot_logits(gb: Any, policy: Any, config: GuardConfig, store: FeatureS
                       progress: bool) -> tuple[dict[str, np.ndarray], int]:
     """Zero-shot logits (``lT - lF`` of each predicate's question) of a seeded subset.
 
-    ``per_source`` items of each source (a pair's replies together), asked every question
-    of their scope once; NaN for the other items. Returns the logits and the number of
-    items forwarded.
+    ``per_source`` items of each source (a pair's replies together; no rewrites), asked
+    every question of their scope once; NaN for the other items. Returns the logits and
+    the number of items forwarded.
     """
     import hashlib
 
@@ -186,7 +187,9 @@ def _zero_shot_logits(gb: Any, policy: Any, config: GuardConfig, store: FeatureS
 
     chosen: list[int] = []
     for src in sorted({it.source for it in items}):
-        rows = sorted((i for i, it in enumerate(items) if it.source == src),
+        # Rewrites are never scored (plguard.heads.select), so never asked either.
+        rows = sorted((i for i, it in enumerate(items)
+                       if it.source == src and "augmented" not in it.fields),
                       key=lambda i: key(items[i]))
         groups = list(dict.fromkeys(items[i].fields.get("pair", items[i].uid) for i in rows))
         keep = set(groups[:per_source])
