@@ -11,8 +11,7 @@ adds what it cannot see:
   document its own ``{"detail": [...]}`` 422, which this server never sends);
 - the ``text/event-stream`` answer of ``stream: true``, one event per chunk
   (``itemSchema``), then ``data: [DONE]``;
-- the one model name the server accepts (any other gets 404), and the most texts one
-  moderation request holds (``server.max_batch_size``).
+- the one model name the server accepts (any other gets 404).
 """
 
 from __future__ import annotations
@@ -32,8 +31,7 @@ ERRORS: dict[int, str] = {
     401: "Missing or wrong API key (only when the server was started with one).",
     404: "The model named is not the one this server serves (server.model_name).",
     413: "The body is larger than server.max_body_bytes.",
-    422: "A field has the wrong type or value; `param` names it (moderations: also more "
-         "texts than server.max_batch_size).",
+    422: "A field has the wrong type or value; `param` names it.",
     502: "Upstream mode: the upstream server could not be reached or gave no answer.",
     500: "The guard raised for this request (a bug); the server log has the traceback "
          "under the incident id the message names.",
@@ -62,7 +60,7 @@ def install_openapi(app: FastAPI, model_name: str) -> None:
                                              "guard. Every non-2xx answer is "
                                              '{"error": {"message", "type", "param", "code"}}.')
             _complete(schema, model_name)
-            _complete_moderations(schema, model_name, app.state.settings.max_batch_size)
+            _complete_moderations(schema, model_name)
             app.openapi_schema = schema
         return app.openapi_schema
 
@@ -106,18 +104,16 @@ def _complete(schema: dict[str, Any], model_name: str) -> None:
         components.pop(name, None)
 
 
-def _complete_moderations(schema: dict[str, Any], model_name: str, max_inputs: int) -> None:
-    # The served model is the one name accepted, and a list holds at most max_batch_size
-    # texts (one grounding call): both are settings, which the request model cannot see.
+def _complete_moderations(schema: dict[str, Any], model_name: str) -> None:
+    # The served model is the one name accepted: a setting, which the request model cannot
+    # see. A list of texts has no length limit but the body's (server.max_body_bytes): it
+    # is judged in chunks of server.max_batch_size.
     components = schema["components"]["schemas"]
     if "ModerationRequest" not in components:
         return
     props = components["ModerationRequest"]["properties"]
     props["model"] = {"anyOf": [{"type": "string", "enum": [model_name]}, {"type": "null"}],
                       "description": "Optional; when given, the model this server serves."}
-    for branch in props["input"]["anyOf"]:
-        if branch.get("type") == "array":
-            branch["maxItems"] = max_inputs
 
 
 def _drop_fastapi_422(op: dict[str, Any]) -> None:

@@ -21,9 +21,10 @@ def test_prefix_only_features_fit_and_apply_exactly(embedded_backend_bf16, tmp_p
     from plguard.heads.train import FitOptions, fit_heads
 
     out = tmp_path / "heads-hazards.json"
+    # zero_shot_limit=0: not even the zero-shot floor's few questions are asked.
     opts = FitOptions(sources=("ailuminate", "coconot_hazards"), limit_per_source=50,
                       readouts=("prefix",), lodo=False, progress=False, scopes=("request",),
-                      joint_categories=joint)
+                      joint_categories=joint, zero_shot_limit=0)
     s = fit_heads(GuardConfig.from_dict({"policy": "hazards"}), out, opts,
                   backend=embedded_backend_bf16)
     fits = {f.name: f for f in s.fits}
