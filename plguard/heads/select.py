@@ -277,12 +277,6 @@ def within_source(d: Data, source: str, fit: Callable[[Data], Linear], folds: in
                                      np.full(len(d.Xa), np.nan)), [source])[source]
 
 
-def zero_shot_metrics(d: Data, zs: np.ndarray, zsa: np.ndarray, zsb: np.ndarray
-                      ) -> dict[str, float]:
-    """The held-out metrics of the zero-shot logits (NaN rows: not asked) per source."""
-    return heldout_metrics(d, Scored(zs, zsa, zsb))
-
-
 def blend(sc: Scored, zs: Scored, w: float) -> Scored:
     """``w`` x the head score + ``1-w`` x the zero-shot logit, each over its own spread."""
     h0, z0 = spread(sc), spread(zs)
@@ -304,4 +298,4 @@ def spread(sc: Scored) -> float:
 __all__ = ["BLEND_WEIGHTS", "C_GRID", "PAIR_WEIGHT", "QUICK_C", "WORST_TOLERANCE", "Data",
            "Linear", "Scored", "best_choice", "blend", "fit_linear", "heldout_metrics",
            "loso_scores", "pairwise_accuracy", "rank_key", "source_matrix", "spread",
-           "within_source", "worst", "zero_shot_metrics"]
+           "within_source", "worst"]

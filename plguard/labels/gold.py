@@ -321,18 +321,7 @@ def load_gold(policy: Policy | str | Path) -> GoldMapping:
     names = pol.predicate_names
     rules = [_rule(r, data["rules"], i, names, file)
              for i, r in enumerate(data.get("rules") or [])]
-    unknown: dict[str, str] = {}
-    raw_unknown = data.get("unknown") or []
-    for i, u in enumerate(raw_unknown):
-        line, col = pos_of(raw_unknown, i)
-        if not isinstance(u, dict) or set(u) != {"predicate", "why"}:
-            raise PolicyError("each unknown: entry needs exactly predicate and why", file=file,
-                              line=line, col=col)
-        if u["predicate"] not in names:
-            raise PolicyError(f"unknown predicate '{u['predicate']}'"
-                              f"{did_you_mean(str(u['predicate']), names)}", file=file,
-                              line=line, col=col, name=str(u["predicate"]))
-        unknown[u["predicate"]] = str(u["why"]).strip()
+    unknown = _why_list(data, "unknown", names, file)
     ruled = {r.predicate for r in rules}
     for n in names:
         if n in ruled and n in unknown:
@@ -341,22 +330,31 @@ def load_gold(policy: Policy | str | Path) -> GoldMapping:
         if n not in ruled and n not in unknown:
             raise PolicyError(f"predicate '{n}' has no gold rule; add rules or list it under "
                               "unknown: with why", file=file, name=n)
-    pairwise: dict[str, str] = {}
-    raw_pairs = data.get("pairwise") or []
-    for i, u in enumerate(raw_pairs):
-        line, col = pos_of(raw_pairs, i)
+    pairwise = _why_list(data, "pairwise", names, file)
+    for name in pairwise:
+        if pol.predicate(name).scope != "response":
+            at = next(i for i, u in enumerate(data["pairwise"]) if str(u["predicate"]) == name)
+            line, col = pos_of(data["pairwise"], at)
+            raise PolicyError(f"pairwise labels compare two replies: '{name}' is not a "
+                              "response predicate", file=file, line=line, col=col, name=name)
+    return GoldMapping(pol, path, tuple(rules), unknown, handling, pairwise)
+
+
+def _why_list(data: Any, key: str, names: Sequence[str], file: str) -> dict[str, str]:
+    """A ``key:`` list of ``{predicate, why}`` entries: declared predicate -> why."""
+    out: dict[str, str] = {}
+    raw = data.get(key) or []
+    for i, u in enumerate(raw):
+        line, col = pos_of(raw, i)
         if not isinstance(u, dict) or set(u) != {"predicate", "why"}:
-            raise PolicyError("each pairwise: entry needs exactly predicate and why", file=file,
+            raise PolicyError(f"each {key}: entry needs exactly predicate and why", file=file,
                               line=line, col=col)
         name = str(u["predicate"])
         if name not in names:
             raise PolicyError(f"unknown predicate '{name}'{did_you_mean(name, names)}",
                               file=file, line=line, col=col, name=name)
-        if pol.predicate(name).scope != "response":
-            raise PolicyError(f"pairwise labels compare two replies: '{name}' is not a "
-                              "response predicate", file=file, line=line, col=col, name=name)
-        pairwise[name] = str(u["why"]).strip()
-    return GoldMapping(pol, path, tuple(rules), unknown, handling, pairwise)
+        out[name] = str(u["why"]).strip()
+    return out
 
 
 def _rule(raw: Any, container: Any, i: int, names: Sequence[str], file: str) -> GoldRule:
