@@ -266,11 +266,6 @@ def _fit_one(spec: PredicateSpec, ex: Extractor, items: Sequence[CorpusItem],
                          "pairs": int((pgroups == src).sum()),
                          "augmented": sum(1 for i in np.flatnonzero(at)
                                           if "augmented" in items[idx[i]].fields)}
-    if len({*groups.tolist(), *pgroups.tolist()}) < 2:
-        # One source: nothing to hold out, so seeded stratified folds stand in for
-        # sources (an in-distribution check, and the report says so).
-        groups, pgroups = _folds(y), np.array([f"fold{i % FOLDS + 1}" for i in range(len(ia))])
-        res.why_groups = f"one training source: {FOLDS} stratified folds stand in for sources"
 
     def data_of(readout: str, layer: int) -> Data:
         j = layers.index(layer)
@@ -299,14 +294,17 @@ def _fit_one(spec: PredicateSpec, ex: Extractor, items: Sequence[CorpusItem],
                     pooled[r, layer] = auroc(y, loso_scores(cv, partial(_fit_at, C=QUICK_C)).s)
         return out
 
-    quick = rank_candidates()
-    if all(math.isnan(worst(m)[0]) for m in quick.values()):
-        # No source could be held out and measured (one source holds every item of a
-        # class): seeded stratified folds stand in for sources, and the report says so.
+    one_source = len({*groups.tolist(), *pgroups.tolist()}) < 2
+    quick = {} if one_source else rank_candidates()
+    if one_source or all(math.isnan(worst(m)[0]) for m in quick.values()):
+        # Nothing to hold out (one source), or no source could be held out and measured
+        # (one source holds every item of a class): seeded stratified folds stand in for
+        # sources (an in-distribution check), and the report says so.
         groups = folds
         pgroups = np.array([f"fold{i % FOLDS + 1}" for i in range(len(ia))])
-        res.why_groups = ("no source could be held out with both classes left: "
-                          f"{FOLDS} stratified folds stand in for sources")
+        res.why_groups = ("one training source" if one_source else
+                          "no source could be held out with both classes left") + \
+            f": {FOLDS} stratified folds stand in for sources"
         quick = rank_candidates()
     by_cv = max(pooled, key=lambda k: pooled[k])
     res.by_cv = {"readout": by_cv[0], "layer": by_cv[1], "cv_auroc": round(pooled[by_cv], 4),
