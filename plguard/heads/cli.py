@@ -45,6 +45,12 @@ def add_heads_commands(subparsers: Any) -> None:
     p.add_argument("--scope", choices=("request", "response", "both"), default="both",
                    help="Fit heads for the predicates of this scope only; the others keep "
                    "their zero-shot reading (default both).")
+    p.add_argument("--question-scope", choices=("request", "response", "both"),
+                   default="both",
+                   help="With the question readout: forward the questions of this scope only "
+                   "(the other scope's items get their one forward). 'response' asks a "
+                   "pair's questions without a question forward of every augmented request "
+                   "(default both).")
     p.add_argument("--cost-margin", type=float, metavar="AUROC",
                    help="CV AUROC a readout that asks a question must gain over one that "
                    f"rides on the pair's single forward to be chosen (default {COST_MARGIN}).")
@@ -101,7 +107,8 @@ def _cmd_fit(args: argparse.Namespace) -> int:
                       zero_shot_limit=max(0, args.zero_shot_limit),
                       augment=max(0, args.augment),
                       joint_categories=args.joint_categories, layers=args.layers,
-                      scopes=("request", "response") if args.scope == "both" else (args.scope,),
+                      scopes=_scopes(args.scope),
+                      question_scopes=_scopes(args.question_scope),
                       drafts=args.drafts or 0, drafts_file=args.drafts_file,
                       **({} if args.cost_margin is None else {"cost_margin": args.cost_margin}))
     out = Path(args.out or f"heads-{Path(config.policy).name}.json")
@@ -118,6 +125,10 @@ def _cmd_fit(args: argparse.Namespace) -> int:
               f"(refusal readings disagreed), {d['failed']} failed: {d['file']}")
     print(f"wrote {s.path} and {s.report} ({s.seconds})")
     return 0
+
+
+def _scopes(choice: str) -> tuple[str, ...]:
+    return ("request", "response") if choice == "both" else (choice,)
 
 
 __all__ = ["add_heads_commands"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -182,10 +182,14 @@ class Extractor:
     forward is the data block only, as the Grounder forwards a request whose predicates
     all have prefix heads), and ``pairs=False`` skips the pair reads: a large model
     affords prefix heads for every predicate of a scope at one forward per item.
+    ``questions`` may also name the scopes whose questions are asked (``("response",)``:
+    a pair's question states, a request's prefix alone), because the augmented requests
+    outnumber the pairs and a question forward of each would cost the most.
     """
 
     def __init__(self, backend: Any, specs: Sequence[PredicateSpec], cfg: GroundingConfig,
-                 store: FeatureStore, layers: Sequence[int], *, questions: bool = True,
+                 store: FeatureStore, layers: Sequence[int], *,
+                 questions: bool | Collection[str] = True,
                  pairs: bool = True, pool: bool = False) -> None:
         from plguard.grounding import Grounder
 
@@ -200,9 +204,15 @@ class Extractor:
         self.store = store
         self.layers = tuple(layers)
         self.model_key = model_key(backend)
-        self.with_questions = questions
+        self.question_scopes: frozenset[str] = frozenset(
+            ("request", "response") if questions is True else (questions or ()))
+        self.with_questions = bool(self.question_scopes)
         self.with_pairs = pairs
         self.with_pool = pool
+
+    def asks(self, scope: str) -> bool:
+        """Whether the questions of ``scope`` are asked (their answer states extracted)."""
+        return scope in self.question_scopes
 
     def questions(self, scope: Scope) -> list[str]:
         """The question blocks asked of a scope, in spec order."""
@@ -217,10 +227,10 @@ class Extractor:
     def keys(self, item: CorpusItem) -> list[str]:
         """The keys of an item's states: its prefix, then each question of its scope.
 
-        Without questions, the prefix key alone (the same key either way: a store filled
-        with questions serves a prefix-only run).
+        Without questions of its scope, the prefix key alone (the same key either way: a
+        store filled with questions serves a prefix-only run).
         """
-        if not self.with_questions:
+        if not self.asks(item.scope):
             return [self._key(PREFIX, item)]
         return [self._key(q, item) for q in (PREFIX, *self.questions(item.scope))]
 
@@ -282,7 +292,7 @@ class Extractor:
     def _prompt(self, item: CorpusItem) -> Any:
         req = self.grounder.prompts(item.request, item.response)
         # No suffix: the prefix forward alone, which yields the prefix state.
-        return req if self.with_questions else replace(req, suffixes=())
+        return req if self.asks(item.scope) else replace(req, suffixes=())
 
     def _run_pairs(self, items: Sequence[CorpusItem], progress: bool) -> int:
         # The pair read is one short forward with no question: its own pass, so stores

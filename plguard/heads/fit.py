@@ -207,7 +207,7 @@ def _fit_one(spec: PredicateSpec, ex: Extractor, items: Sequence[CorpusItem],
     pairs = _pairs_of(items) if pairwise and want_resp else []
     y = y_all[idx].astype(int)
     n_pos, n_neg = int(y.sum()), int(len(y) - y.sum())
-    asked = ex.with_questions
+    asked = ex.asks(spec.scope)
     if asked:
         block = ex.grounder.question_block(spec, spec.question)
         qs = ex.questions(spec.scope)
@@ -216,6 +216,8 @@ def _fit_one(spec: PredicateSpec, ex: Extractor, items: Sequence[CorpusItem],
         qpos = 1 + qs.index(block)
     if want_resp:  # the pair read exists for request predicates only
         readouts = [r for r in readouts if r != "pair_prefix"]
+    if not asked:  # this scope's questions were not forwarded (Extractor questions=)
+        readouts = [r for r in readouts if r != "question"]
     if not readouts:
         raise ValueError(f"no readout left for {spec.name} ({spec.scope} scope)")
     slots = {"prefix": 0, "question": 1}

@@ -54,6 +54,10 @@ class FitOptions:
     zero_shot_limit: int = 40
     # Phrasing augmentation (plguard.heads.augment): up to this many variants per request.
     augment: int = 0
+    # The scopes whose questions are forwarded when ``question`` is among the readouts
+    # (``--question-scope``): a pair's question state may carry what its one forward does
+    # not, while the augmented requests would multiply the question forwards.
+    question_scopes: tuple[str, ...] = ("request", "response")
 
 
 @dataclass
@@ -108,14 +112,15 @@ def fit_heads(config: GuardConfig, out: str | Path, options: FitOptions | None =
     # Only the readouts asked for are extracted: prefix heads need no question forwarded.
     ex = Extractor(gb, policy.predicates, config.grounding, store,
                    parse_layers(opts.layers, gb.n_layers),
-                   questions="question" in opts.readouts,
+                   questions=opts.question_scopes if "question" in opts.readouts else False,
                    pairs="pair_prefix" in opts.readouts, pool="pool" in opts.readouts)
     t1 = time.perf_counter()
     forwarded = ex.run(items, progress=opts.progress)
     zero_shot = None
-    if not ex.with_questions and opts.zero_shot_limit > 0:
+    unasked = [s for s in opts.scopes if not ex.asks(s)]
+    if unasked and opts.zero_shot_limit > 0:
         zero_shot, n_zs = _zero_shot_logits(gb, policy, config, store, ex.layers, items,
-                                            opts.zero_shot_limit, opts.progress)
+                                            opts.zero_shot_limit, opts.progress, unasked)
         forwarded += n_zs
     t2 = time.perf_counter()
     labels = labels_for(policy, items)  # gold.yaml over the corpus, once for both fits
@@ -137,6 +142,8 @@ def fit_heads(config: GuardConfig, out: str | Path, options: FitOptions | None =
                 "limit_per_source": opts.limit_per_source, "features": str(store.path),
                 **({"augmentation": _augment_note(opts.augment)} if opts.augment else {}),
                 "readouts": list(opts.readouts), "scopes": list(opts.scopes),
+                **({"question_scopes": sorted(ex.question_scopes)}
+                   if "question" in opts.readouts else {}),
                 "labels": "each bundle's gold.yaml rules over the corpus fields "
                           "(plguard.heads.corpus)",
                 **({"joint": summary} if summary else {}),
@@ -173,12 +180,14 @@ def fit_heads(config: GuardConfig, out: str | Path, options: FitOptions | None =
 
 def _zero_shot_logits(gb: Any, policy: Any, config: GuardConfig, store: FeatureStore,
                       layers: Sequence[int], items: Sequence[CorpusItem], per_source: int,
-                      progress: bool) -> tuple[dict[str, np.ndarray], int]:
+                      progress: bool, scopes: Sequence[str] = ("request", "response"),
+                      ) -> tuple[dict[str, np.ndarray], int]:
     """Zero-shot logits (``lT - lF`` of each predicate's question) of a seeded subset.
 
     ``per_source`` items of each source (a pair's replies together; no rewrites), asked
-    every question of their scope once; NaN for the other items. Returns the logits and
-    the number of items forwarded.
+    every question of their scope once, for the items of ``scopes`` (those whose questions
+    the fit's features do not hold); NaN for the other items. Returns the logits and the
+    number of items forwarded.
     """
     import hashlib
 
@@ -189,7 +198,8 @@ def _zero_shot_logits(gb: Any, policy: Any, config: GuardConfig, store: FeatureS
     for src in sorted({it.source for it in items}):
         # Rewrites are never scored (plguard.heads.select), so never asked either.
         rows = sorted((i for i, it in enumerate(items)
-                       if it.source == src and "augmented" not in it.fields),
+                       if it.source == src and "augmented" not in it.fields
+                       and it.scope in scopes),
                       key=lambda i: key(items[i]))
         groups = list(dict.fromkeys(items[i].fields.get("pair", items[i].uid) for i in rows))
         keep = set(groups[:per_source])

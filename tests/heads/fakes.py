@@ -22,6 +22,9 @@ class FakeExtractor:
         self.store = FakeStore(feats)
         self.grounder = type("G", (), {"question_block": staticmethod(lambda spec, q: "Q")})()
 
+    def asks(self, scope):
+        return self.with_questions
+
     def questions(self, scope):
         return ["Q"]
 

@@ -154,6 +154,31 @@ def test_fit_keeps_the_one_forward_readout_within_the_cost_margin(pair_signal, c
     assert fit.candidates["question@1"] >= fit.candidates["pair_prefix@1"] - 0.01
 
 
+def test_a_scope_whose_questions_were_not_forwarded_never_chooses_the_question():
+    from plguard.heads.corpus import CorpusItem
+    from plguard.heads.features import Feature
+    from plguard.heads.fit import _fit_one
+    from plguard.types import PredicateSpec
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 120).astype(float)
+    items = [CorpusItem(f"s/{i}", "s", str(i), f"r{i}", None, {}) for i in range(len(y))]
+    feats = {}
+    for it, label in zip(items, y, strict=True):
+        feats[f"{it.uid}/prefix"] = Feature(rng.normal(0, 1, (1, 4)).astype(np.float32), 0, 0)
+        feats[f"{it.uid}/q"] = Feature((rng.normal(0, 1, (1, 4)) + 3 * label)
+                                       .astype(np.float32), 0.0, 0.0)
+    spec = PredicateSpec("p", "request", "Is it?")
+    ex = _Extractor(feats)
+    ex.asks = lambda scope: scope == "response"  # --question-scope response
+    fit = _fit_one(spec, ex, items, y, ("question", "prefix"), False, 0.01)
+    assert fit.readout == "prefix" and not any(c.startswith("question")
+                                               for c in fit.candidates)
+    ex.asks = lambda scope: True  # the same states, the question asked: it wins
+    assert _fit_one(spec, ex, items, y, ("question", "prefix"), False, 0.01).readout \
+        == "question"
+
+
 def test_plguard_s14_labels_code_interpreter_abuse_only():
     from plguard.heads.fit import labels_for
     from plguard.policy import load_policy

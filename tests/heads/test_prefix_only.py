@@ -87,6 +87,30 @@ def test_prefix_only_features_fit_and_apply_exactly(embedded_backend_bf16, tmp_p
     assert mt.flagged == (max(mt.decision.category_scores.values()) >= t)
 
 
+def test_question_scope_forwards_the_pairs_questions_only(embedded_backend_bf16, tmp_path):
+    from plguard.config import GuardConfig
+    from plguard.heads.corpus import CorpusItem
+    from plguard.heads.features import Extractor, FeatureStore
+    from plguard.policy import load_policy
+
+    policy = load_policy("minimal")
+    cfg = GuardConfig.from_dict({"policy": "minimal"}).grounding
+    store = FeatureStore(tmp_path / "f.sqlite")
+    ex = Extractor(embedded_backend_bf16, policy.predicates, cfg, store, (20,),
+                   questions=("response",), pairs=False)
+    req = CorpusItem("t/0", "t", "0", "How do I pick a lock?", None)
+    pair = CorpusItem("t/1", "t", "1", "How do I pick a lock?", "I can't help with that.")
+    assert ex.run([req, pair], progress=False) == 2
+    assert len(ex.keys(req)) == 1  # the request's one forward
+    n_resp = sum(s.scope == "response" for s in policy.predicates)
+    keys = ex.keys(pair)
+    assert len(keys) == 1 + n_resp and store.has(keys) == set(keys)
+    got = store.get(keys[1:])
+    assert all(f.logprob_true < 0 and f.logprob_false < 0 for f in got.values())
+    assert ex.run([req, pair], progress=False) == 0  # stored: nothing forwarded again
+    store.close()
+
+
 def test_shipped_hazards_heads_are_the_default_for_moderation(embedded_backend_bf16):
     from plguard.guard import Guard
     from plguard.heads.artefact import load_heads, shipped_heads
