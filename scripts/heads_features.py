@@ -6,7 +6,8 @@
         --sources xstest,ailuminate,coconot,coconot_plain,coconot_hazards
     (--prefix-only: each dev request's prefix state alone, no question and no pair read:
     what request-scope prefix heads are fitted on; --no-questions: requests and pairs, the
-    states one-forward heads read, no question asked)
+    states one-forward heads read, no question asked; --question-scope response: and the
+    pairs' questions, what `heads fit --question-scope response` reads)
 
 Features go to the model's store under the plguard cache (plguard.heads.features);
 `plguard heads fit` and the heads report read the same store, so nothing is forwarded twice.
@@ -40,13 +41,21 @@ def main() -> None:
     ap.add_argument("--no-questions", action="store_true",
                     help="requests and pairs, prefix, pair and pool states, no question asked "
                     "(what one-forward heads read; zero-shot readings need the questions)")
+    ap.add_argument("--question-scope", choices=("request", "response", "both"),
+                    default="both",
+                    help="ask the questions of this scope only (`plguard heads fit "
+                    "--question-scope`): 'response', a pair's questions, every request's "
+                    "one forward")
     a = ap.parse_args()
     cfg = GuardConfig.from_dict({"generator": {"path": a.model}})
     backend = load_backend(cfg.grounder_model)
     specs = [s for p in a.policies.split(",") for s in load_policy(p).predicates]
     store = FeatureStore(default_store_path(backend))
     ex = Extractor(backend, specs, cfg.grounding, store, parse_layers(a.layers, backend.n_layers),
-                   questions=not (a.prefix_only or a.no_questions), pairs=not a.prefix_only,
+                   questions=False if a.prefix_only or a.no_questions else
+                   (("request", "response") if a.question_scope == "both"
+                    else (a.question_scope,)),
+                   pairs=not a.prefix_only,
                    pool=True)
     if not a.no_dev:
         dev = load_corpus(*([tuple(a.sources.split(","))] if a.sources else []),

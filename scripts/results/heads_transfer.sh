@@ -6,8 +6,8 @@
 #   MODEL=embedded scripts/results/heads_transfer.sh STAGE
 #   MODEL=/work/models/qwen2.5-coder-1.5b-instruct.gguf NAME=qwen1.5b scripts/results/... STAGE
 #
-# Stages: features (the corpus's one-forward states), fit (minimal, detailed, hazards: the
-# recipe shipped), ablate (minimal and detailed without augmentation, without drafts, and
+# Stages: features (the corpus's one-forward states), questions (the pairs' question states
+# of minimal and detailed, in one pass), fit (minimal, detailed, hazards: the recipe shipped), ablate (minimal and detailed without augmentation, without drafts, and
 # with neither: what each bought, on dev), tables (tables.md from the fits), thresholds
 # (pooled dev thresholds for minimal), ship (copy the embedded heads into the package).
 set -euo pipefail
@@ -23,6 +23,10 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 # kinds), the S14 requests and hh-harmless's preference pairs.
 ALL=xstest,ailuminate,coconot,coconot_plain,coconot_hazards,plguard_s14,hh_harmless
 ONE="--readouts prefix,pair_prefix,pool"  # one forward per item: no question asked
+# The response heads may also read a pair's question state: an answer's harm may show only
+# when asked about (issue 42's passage inside a long benign answer). Requests keep their one
+# forward: their rewrites would multiply the question forwards.
+QRESP="--readouts prefix,pair_prefix,pool,question --question-scope response"
 pl() { python3 -m plguard "$@"; }
 set_model() { if [ "$MODEL" != embedded ]; then
   echo --set generator.path="$MODEL" --set grounder.path="$MODEL" \
@@ -32,7 +36,7 @@ mkdir -p "$R"
 fit() { # policy out [extra options]
   local p=$1 out=$2; shift 2
   # shellcheck disable=SC2046
-  pl heads fit --policy "$p" --sources $ALL --limit-per-source "$LIMIT" $ONE --quiet \
+  pl heads fit --policy "$p" --sources $ALL --limit-per-source "$LIMIT" --quiet \
     $(set_model) --out "$out" "$@"
 }
 
@@ -40,20 +44,25 @@ case "${1:?stage}" in
 features)
   python3 scripts/heads_features.py --model "$MODEL" --policies minimal,detailed,hazards \
     --dev-limit "$LIMIT" --no-questions --sources $ALL ;;
+questions)
+  python3 scripts/heads_features.py --model "$MODEL" --policies minimal,detailed \
+    --dev-limit "$LIMIT" --question-scope response --sources $ALL ;;
 fit)
   # The drafts file is shared by the policies (one generator), made by the first fit.
   D="--drafts $DRAFTS --drafts-file $R/drafts.jsonl"
-  fit minimal "$R/heads-minimal.json" --augment "$AUGMENT" $D
-  fit detailed "$R/heads-detailed.json" --augment "$AUGMENT" $D
-  # hazards judges requests alone (moderation): no pair read, so prefix and pool only.
-  fit hazards "$R/heads-hazards.json" --augment "$AUGMENT" $D --readouts prefix,pool ;;
+  fit minimal "$R/heads-minimal.json" --augment "$AUGMENT" $D $QRESP
+  fit detailed "$R/heads-detailed.json" --augment "$AUGMENT" $D $QRESP
+  # hazards judges requests alone (moderation): no pair read, so prefix and pool only; its
+  # category predicates compete in one multinomial (plguard.heads.joint).
+  fit hazards "$R/heads-hazards.json" --augment "$AUGMENT" $D --readouts prefix,pool \
+    --joint-categories ;;
 ablate)
   mkdir -p "$R/ablations"
   D="--drafts $DRAFTS --drafts-file $R/drafts.jsonl"
   for p in ${POLICIES:-minimal detailed}; do
-    fit $p "$R/ablations/$p-no-augment.json" $D
-    fit $p "$R/ablations/$p-no-drafts.json" --augment "$AUGMENT"
-    fit $p "$R/ablations/$p-neither.json"
+    fit $p "$R/ablations/$p-no-augment.json" $D $ONE
+    fit $p "$R/ablations/$p-no-drafts.json" --augment "$AUGMENT" $ONE
+    fit $p "$R/ablations/$p-neither.json" $ONE
   done ;;
 tables)
   python3 scripts/results/heads_transfer_table.py "$R" > "$R/tables.md" ;;

@@ -7,7 +7,8 @@ shipped recipe in the folder, the ablations in ``ablations/``) and prints Markdo
 
 * per policy and predicate, the choice, its worst held-out source and every source's
   held-out metric (AUROC; pairwise accuracy for hh-harmless), zero-shot beside it;
-* the ablations on dev: the worst held-out source over the sources every variant holds out
+* the ablations on dev (those run so far): the worst held-out source over the sources
+  every variant holds out
   (own drafts excluded, since a variant without drafts has none to hold out), the mean,
   and the own drafts held out (before) and cross-fitted (after) where drafts trained.
 """
@@ -20,8 +21,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-VARIANTS = (("shipped recipe", ""), ("no augmentation", "-no-augment"),
-            ("no drafts", "-no-drafts"), ("neither", "-neither"))
+# The shipped recipe may read a pair's question state; "one forward" is the same recipe
+# without it, and the three after it drop augmentation, drafts or both from that one.
+VARIANTS = (("shipped recipe", ""), ("one forward (no question)", "-one-forward"),
+            ("one forward, no augmentation", "-no-augment"),
+            ("one forward, no drafts", "-no-drafts"), ("one forward, neither", "-neither"))
 
 
 def _f(x: Any) -> str:
@@ -67,7 +71,8 @@ def ablations(folder: Path) -> list[str]:
         runs = {v: _fits(folder / f"heads-{policy}.fits.json" if not suf else
                          folder / "ablations" / f"{policy}{suf}.fits.json")
                 for v, suf in VARIANTS}
-        if not all(runs.values()):
+        runs = {v: r for v, r in runs.items() if r}  # variants not run yet are left out
+        if len(runs) < 2 or "shipped recipe" not in runs:
             continue
         for name in runs["shipped recipe"]:
             common = set.intersection(*(set(r[name].get("heldout") or {}) for r in
