@@ -1,13 +1,30 @@
-"""The decision stage: strongest rules against thresholds, safety first (pure)."""
+"""The decision stage: strongest rules against thresholds, safety first (pure).
+
+One decision, every rule an input: :func:`decide` compares a policy result's strongest rules
+with the thresholds, and :func:`decide_for` is the whole decision on one item as the Guard
+makes it (a policy's rule lists, the moderation threshold for a request judged alone, and
+the rules on how the text was read: text addressed to the guard, a middle never read).
+The Guard, streams, moderation, the viewer and the attack rescorer all call it, so none can
+disagree with the Guard. :func:`decide_array` is its action over arrays, for sweeps.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Protocol
 
 from plguard.categories import categories_at, category_scores, in_order, policy_codes
-from plguard.config import Thresholds
-from plguard.types import Decision, PolicyResult
+from plguard.config import GroundingConfig, Thresholds
+from plguard.types import Decision, Grounding, PolicyResult
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import ArrayLike
+
+#: The actions, in the order of :func:`decide_array`'s codes.
+ACTIONS = ("allow", "refuse", "rewrite")
 
 
 def strongest(probs: Mapping[str, float], rules: Sequence[str]) -> tuple[str, float]:
@@ -101,14 +118,115 @@ class PolicyRules(Protocol):
     def categories(self) -> Mapping[str, Sequence[str]]: ...  # noqa: D102
 
 
-def decide_for(policy: PolicyRules, result: PolicyResult, thresholds: Thresholds, *,
-               answered: bool = True, unsafe_name: str = "unsafe threshold") -> Decision:
-    """:func:`decide` with every rule list of ``policy``, as the Guard decides.
+_GROUNDING = GroundingConfig.model_fields
 
-    ``answered=False``: a request with no answer yet (a moderation), which can neither
-    over-refuse nor hold harmful content, so only the unsafe rules are compared.
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """How the judged text was read, as far as a decision cares (from its grounding).
+
+    ``screen``: the kinds of text addressed to the guard found in it (plguard.screen), in
+    order of first finding; ``unseen``: windowing was off and the response's middle was cut
+    unread (scored at each predicate's prior).
     """
-    return decide(result, policy.unsafe_rules,
-                  policy.over_refusal_rules if answered else (), thresholds,
-                  policy.categories, unsafe_name,
-                  content_rules=policy.content_rules if answered else ())
+
+    screen: tuple[str, ...] = ()
+    unseen: bool = False
+
+    @classmethod
+    def of(cls, grounding: Grounding) -> Reading:
+        """What ``grounding`` says of how its text was read."""
+        return cls(tuple(dict.fromkeys(f.kind for f in grounding.screen)),
+                   any(s.unseen for s in grounding.scores))
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRules:
+    """What a decision does with how the text was read: ``grounding.screen`` and ``.unseen``.
+
+    Defaults are the config's (one home for them); :meth:`of` takes a config's.
+    """
+
+    screen: str = _GROUNDING["screen"].default
+    unseen: str = _GROUNDING["unseen"].default
+
+    @classmethod
+    def of(cls, config: GroundingConfig) -> ReadRules:
+        """The rules of a grounding config."""
+        return cls(config.screen, config.unseen)
+
+
+#: Text read whole with nothing addressed to the guard; the config's rules on reading.
+READ_WHOLE = Reading()
+DEFAULT_READ_RULES = ReadRules()
+
+
+def decide_for(policy: PolicyRules, result: PolicyResult, thresholds: Thresholds, *,
+               answered: bool = True, reading: Reading = READ_WHOLE,
+               rules: ReadRules = DEFAULT_READ_RULES) -> Decision:
+    """The whole decision on one item, as the Guard makes it.
+
+    :func:`decide` with every rule list of ``policy``, then what ``rules`` do with how the
+    text was read (``reading``). ``answered=False``: a request with no answer yet (a
+    moderation), which can neither over-refuse nor hold harmful content, so only the unsafe
+    rules are compared, at the moderation threshold (``thresholds.moderation``, else the
+    unsafe one).
+
+    Text addressed to the guard refuses under ``screen: refuse`` and is noted otherwise; a
+    response whose middle was never read refuses under ``unseen: refuse`` and is noted
+    otherwise. Either refusal overrides whatever the rules said: no rule can vouch for text
+    that was removed or not read.
+    """
+    th, name = thresholds, "unsafe threshold"
+    if not answered and thresholds.moderation is not None:
+        th = thresholds.model_copy(update={"unsafe": thresholds.moderation})
+        name = "moderation threshold"
+    d = decide(result, policy.unsafe_rules,
+               policy.over_refusal_rules if answered else (), th,
+               policy.categories, name,
+               content_rules=policy.content_rules if answered else ())
+    return read_rules(d, reading, rules)
+
+
+def read_rules(d: Decision, reading: Reading, rules: ReadRules) -> Decision:
+    """``d`` after the rules on how its text was read (see :func:`decide_for`)."""
+    if reading.screen:
+        kinds = ", ".join(reading.screen)
+        if rules.screen == "refuse":
+            return replace(d, action="refuse",
+                           reason=f"text addressed to the guard ({kinds}) in the data "
+                           "(grounding.screen = refuse): refuse")
+        d = replace(d, reason=f"{d.reason} [text addressed to the guard ({kinds}) was "
+                    "removed before grounding]")
+    if not reading.unseen:
+        return d
+    if rules.unseen == "refuse":
+        return replace(d, action="refuse",
+                       reason="the response is longer than grounding.max_data_tokens and "
+                       "windowing is off, so its middle was not read (grounding.unseen "
+                       "= refuse): refuse")
+    return replace(d, reason=d.reason + " [response cut to fit: its unseen middle was "
+                   "scored at each predicate's prior]")
+
+
+def decide_array(unsafe: ArrayLike | None, over: ArrayLike | None, t_unsafe: ArrayLike,
+                 t_over: ArrayLike, content: ArrayLike | None = None,
+                 t_content: ArrayLike = math.inf) -> np.ndarray:
+    """:func:`decide`'s action for arrays of strongest-rule probabilities (for sweeps).
+
+    Every argument broadcasts with the others (a grid of thresholds against many items);
+    None: the policy has no rule of that kind, so it never fires (even at a threshold of
+    0). An off over-refusal threshold is ``math.inf``. Returns ``int8`` codes into
+    :data:`ACTIONS`; the order is :func:`decide`'s: unsafe, then unsafe content, then
+    over-refusal.
+    """
+    import numpy as np
+
+    never = np.False_
+    refuse = never if unsafe is None else np.asarray(unsafe) >= t_unsafe
+    if content is not None:
+        refuse = refuse | (np.asarray(content) >= t_content)
+    rewrite = never if over is None else np.asarray(over) >= t_over
+    refuse, rewrite = np.broadcast_arrays(refuse, rewrite)
+    return np.where(refuse, np.int8(1), np.where(rewrite, np.int8(2), np.int8(0))
+                    ).astype(np.int8)

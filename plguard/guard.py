@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from plguard.config import GuardConfig, Thresholds
-from plguard.decide import decide_for
+from plguard.decide import Reading, ReadRules, decide_for
 from plguard.messages import check_response, request_text, to_chat
 from plguard.repair import repair_chat, repeats_instructions
 from plguard.types import (
@@ -315,30 +315,11 @@ class Guard:
 
         ``answered=False``: the item is a request with no answer yet (a moderation), which
         cannot over-refuse and has no content, so only the unsafe side is compared, at the
-        moderation threshold.
+        moderation threshold. Every rule is :func:`plguard.decide.decide_for`'s.
         """
-        th, name = self.thresholds, "unsafe threshold"
-        if not answered and th.moderation is not None:
-            th, name = th.model_copy(update={"unsafe": th.moderation}), "moderation threshold"
-        d = decide_for(self.policy, result, th, answered=answered, unsafe_name=name)
-        if grounding.screen:
-            kinds = ", ".join(dict.fromkeys(f.kind for f in grounding.screen))
-            if self.config.grounding.screen == "refuse":
-                return replace(d, action="refuse",
-                               reason=f"text addressed to the guard ({kinds}) in the data "
-                               "(grounding.screen = refuse): refuse")
-            d = replace(d, reason=f"{d.reason} [text addressed to the guard ({kinds}) was "
-                        "removed before grounding]")
-        if not any(s.unseen for s in grounding.scores):
-            return d
-        # Windowing is off and the response did not fit: its middle was never read.
-        if self.config.grounding.unseen == "refuse":
-            return replace(d, action="refuse",
-                           reason="the response is longer than grounding.max_data_tokens and "
-                           "windowing is off, so its middle was not read (grounding.unseen "
-                           "= refuse): refuse")
-        return replace(d, reason=d.reason + " [response cut to fit: its unseen middle was "
-                       "scored at each predicate's prior]")
+        return decide_for(self.policy, result, self.thresholds, answered=answered,
+                          reading=Reading.of(grounding),
+                          rules=ReadRules.of(self.config.grounding))
 
     def _repair_loop(self, job: _RepairJob, drafts: list[str], decisions: list[Decision],
                      results: list[PolicyResult]) -> list[_Track]:

@@ -6,10 +6,10 @@
 - a text (or a conversation whose last turn is not the assistant's): a request with no
   answer. Only the request-scope predicates are grounded, and each unsafe rule is scored
   for the *worst answer*: its highest probability over every true/false assignment of the
-  response-scope predicates (:func:`worst_case`). A request is flagged when some answer to
-  it would be unsafe compliance at the moderation threshold (``thresholds.moderation``,
-  else the unsafe one), which is what the request-side predicates of a policy measure;
-  over-refusal needs an answer, so it is not scored.
+  response-scope predicates (:func:`worst_case`, :func:`plguard.policy.bounds`' highest).
+  A request is flagged when some answer to it would be unsafe compliance at the moderation
+  threshold (``thresholds.moderation``, else the unsafe one), which is what the request-side
+  predicates of a policy measure; over-refusal needs an answer, so it is not scored.
 - a conversation whose last turn is the assistant's: that answer to the last user message is
   grounded and decided as ``Guard.check`` does, without repairing it.
 
@@ -20,7 +20,6 @@ so the vertices give the exact worst case, for any program (negations included).
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,17 +29,13 @@ import numpy as np
 
 from plguard.errors import InputError
 from plguard.messages import check_text, request_text, to_chat
+from plguard.policy.bounds import MAX_FREE_PREDICATES, bounds, free_predicates
 from plguard.policy.core import UNSAFE, rule_kind
 from plguard.types import Decision, Grounding, PolicyResult, Scope
 
 if TYPE_CHECKING:
     from plguard.guard import Guard
     from plguard.policy import Policy
-
-#: Most response-scope predicates a request-only worst case enumerates (2**N assignments
-#: per request; 4,096 of very_detailed's 12 take ~35 ms).
-MAX_FREE_PREDICATES = 16
-
 
 @dataclass(frozen=True, slots=True)
 class Moderation:
@@ -149,7 +144,7 @@ def check_request_side(policy: Policy) -> None:
                          "judge a text without an answer; pass a conversation that ends "
                          "with the assistant's answer, or use a policy with request "
                          "predicates")
-    free = sum(p.scope == "response" for p in policy.predicates)
+    free = len(free_predicates(policy))
     if free > MAX_FREE_PREDICATES:
         raise InputError(f"policy {policy.name} has {free} response-scope predicates; a "
                          f"request alone is scored over every answer for at most "
@@ -164,25 +159,21 @@ def worst_case(policy: Policy, groundings: Sequence[Grounding]) -> list[PolicyRe
     probability. The result holds the unsafe rules and the unsafe aggregate only.
     """
     names = list(policy.predicate_names)
-    free = [n for n, p in zip(names, policy.predicates, strict=True) if p.scope == "response"]
-    cols = [names.index(n) for n in free]
-    vertices = np.array(list(itertools.product((0.0, 1.0), repeat=len(free))),
-                        dtype=np.float64).reshape(-1, len(free))
+    free = set(free_predicates(policy))
+    fixed = [n for n in names if n not in free]
     keep = [q for q in policy.queries if q == UNSAFE or rule_kind(q) == "unsafe"]
-    out = []
+    rows = []
     for g in groundings:
         probs = g.probs
-        missing = [n for n in names if n not in free and n not in probs]
+        missing = [n for n in fixed if n not in probs]
         if missing:
             raise InputError(f"no grounded probability for request predicate "
                              f"'{missing[0]}'")
-        row = np.array([probs.get(n, 0.0) for n in names], dtype=np.float64)
-        m = np.tile(row, (len(vertices), 1))
-        m[:, cols] = vertices
-        values = policy.evaluate_matrix(m, names)
-        out.append(PolicyResult(policy=policy.id,
-                                probs={q: float(values[q].max()) for q in keep}))
-    return out
+        rows.append([probs[n] for n in fixed])
+    worst = bounds(policy, np.array(rows, dtype=np.float64).reshape(-1, len(fixed)), fixed,
+                   keep).high
+    return [PolicyResult(policy=policy.id, probs={q: float(worst[q][i]) for q in keep})
+            for i in range(len(groundings))]
 
 
 def _decision(guard: Guard, result: PolicyResult, grounding: Grounding,

@@ -9,8 +9,9 @@ How a stream is guarded (mode ``buffered``, the default):
 1. The request-scope predicates are grounded in a worker thread while the draft starts
    generating in another. Nothing is released before this request verdict; when some
    unsafe rule is at the threshold whatever the answer says (its lowest value over every
-   true/false setting of the response-scope predicates: the value is multilinear in each,
-   so the vertices bound it), generation is cancelled and the fixed refusal is sent.
+   true/false setting of the response-scope predicates, :func:`plguard.policy.bounds`,
+   decided by :func:`plguard.decide.decide_for` with the screen rule), generation is
+   cancelled and the fixed refusal is sent.
 2. The draft streams into a hold-back buffer. Each time the unchecked text reaches
    ``stream.window_tokens`` (grounding-model tokens, cut at a word boundary so no part of a
    word leaves alone; the first window is ``stream.first_window_tokens``, smaller, so the
@@ -46,7 +47,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import itertools
 import queue
 import threading
 import time
@@ -59,7 +59,9 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import numpy as np
 
 from plguard.backends.base import can_stream
+from plguard.decide import Reading, ReadRules, decide_for
 from plguard.messages import request_text
+from plguard.policy.bounds import MAX_FREE_PREDICATES, bounds, free_predicates
 from plguard.types import (
     Chat,
     Decision,
@@ -79,9 +81,6 @@ FinishReason = Literal["stop", "length", "content_filter"]
 #: A draft source in place of the generator: ``source(cancel)`` yields text deltas.
 DraftSource = Callable[[threading.Event], Iterator[str]]
 
-# A request check grounded over more free response predicates than this is not bounded
-# (2**N policy rows); the stream then waits for the first window instead.
-MAX_FREE_PREDICATES = 16
 _POLL_S = 0.01  # how often the hold-back loop looks at a pending request check
 _SPACES = " \n\t\r"
 
@@ -205,26 +204,24 @@ class GuardedStream:
             self.timings[f"stream.{name}"] = time.perf_counter() - t_start
 
     def _request_check(self) -> _Verdict | None:
-        """The request verdict: a refusal whatever the answer, or None (go on)."""
+        """The request verdict: a refusal whatever the answer, or None (go on).
+
+        The one decision (:func:`plguard.decide.decide_for`) on each unsafe rule at its best
+        answer: refused here only if every answer would be refused. A best case is on an
+        answer's scale, so the unsafe threshold applies, not the moderation one (a worst
+        case's).
+        """
         g = self.guard.grounder.ground([(self.req, "")], response=False)[0]
         policy = self.guard.policy
-        if g.screen and self.guard.config.grounding.screen == "refuse":
-            kinds = ", ".join(dict.fromkeys(f.kind for f in g.screen))
-            return _Verdict(Decision("refuse", ("", 0.0), ("", 0.0),
-                                     f"request check: text addressed to the guard ({kinds}) "
-                                     "in the request (grounding.screen = refuse): refuse"),
-                            g, PolicyResult(policy.id, {}))
-        best = best_case(self.guard, g)
-        thr = self.guard.thresholds.unsafe
-        for rule in policy.unsafe_rules:
-            p = best.get(rule, 0.0)
-            if p >= thr:
-                return _Verdict(Decision(
-                    "refuse", (rule, p), ("", 0.0),
-                    f"request check: unsafe rule {rule} is at least {p:.3f} whatever the "
-                    f"answer says (>= unsafe threshold {thr:.2f}): refuse before any text"),
-                    g, PolicyResult(policy.id, best))
-        return None
+        result = PolicyResult(policy.id, best_case(self.guard, g))
+        th = self.guard.thresholds.model_copy(update={"moderation": None})
+        d = decide_for(policy, result, th, answered=False, reading=Reading.of(g),
+                       rules=ReadRules.of(self.guard.config.grounding))
+        if d.action != "refuse":
+            return None
+        return _Verdict(replace(d, reason="request check, before any text (each unsafe rule "
+                                f"at its lowest value whatever the answer says): {d.reason}"),
+                        g, result)
 
     def _assess(self, answer: str) -> _Verdict:
         """``answer`` grounded, reasoned and decided exactly as Guard.check does."""
@@ -458,23 +455,19 @@ def _last(xs: list[int], ok: Callable[[int], bool]) -> int | None:
 def best_case(guard: Guard, grounding: Grounding) -> dict[str, float]:
     """Each unsafe rule's lowest probability over every answer, from request-side scores.
 
-    The response-scope predicates are set to each true/false assignment in turn (a rule is
-    multilinear in each independent predicate, so its minimum over the cube is at a
-    vertex). Empty when the policy has more free predicates than MAX_FREE_PREDICATES.
+    :func:`plguard.policy.bounds`' lowest value (an unscored request predicate counts as 0).
+    Empty when the policy has more free predicates than it bounds: the stream then waits
+    for the first window instead.
     """
     policy = guard.policy
-    names = list(policy.predicate_names)
-    free = [p.name for p in policy.predicates if p.scope == "response"]
-    if len(free) > MAX_FREE_PREDICATES:
+    if len(free_predicates(policy)) > MAX_FREE_PREDICATES:
         return {}
     probs = grounding.probs
-    vertices = np.array(list(itertools.product((0.0, 1.0), repeat=len(free))),
-                        dtype=np.float64).reshape(-1, len(free))
-    m = np.tile(np.array([probs.get(n, 0.0) for n in names], dtype=np.float64),
-                (len(vertices), 1))
-    m[:, [names.index(n) for n in free]] = vertices
-    values = policy.evaluate_matrix(m, names)
-    return {r: float(values[r].min()) for r in policy.unsafe_rules}
+    free = set(free_predicates(policy))
+    names = [n for n in policy.predicate_names if n not in free]
+    low = bounds(policy, np.array([[probs.get(n, 0.0) for n in names]]), names,
+                 list(policy.unsafe_rules)).low
+    return {r: float(v[0]) for r, v in low.items()}
 
 
 async def astream(stream: GuardedStream) -> AsyncGenerator[StreamEvent, None]:

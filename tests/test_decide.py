@@ -134,3 +134,80 @@ def test_a_request_alone_has_no_content_to_judge():
     assert answered.strongest_content == ("unsafe_content_actionable_harm", pytest.approx(0.95))
     alone = decide_for(policy, r, Thresholds(), answered=False)
     assert alone.action == "allow" and alone.strongest_content == ("", 0.0)
+
+
+# -- every rule an input: how the text was read, the moderation threshold, the array form ----
+
+def _minimal():
+    from plguard.policy import load_policy
+
+    return load_policy("minimal")
+
+
+HARMLESS = {"request_is_harmful": 0.1, "request_is_benign_sensitive_context": 0.1,
+            "response_provides_harmful_instructions": 0.05, "response_refuses": 0.05}
+
+
+@pytest.mark.parametrize(("screen", "unseen", "action", "note"), [
+    ("refuse", "prior", "refuse", "(grounding.screen = refuse): refuse"),
+    ("sanitize", "prior", "allow", "[text addressed to the guard (self_answer) was removed"),
+    ("sanitize", "refuse", "refuse", "(grounding.unseen = refuse): refuse"),
+])
+def test_how_the_text_was_read_is_an_input(screen, unseen, action, note):
+    from plguard.decide import Reading, ReadRules, decide_for
+
+    policy = _minimal()
+    r = policy.evaluate(HARMLESS)
+    plain = decide_for(policy, r, Thresholds())
+    assert plain.action == "allow" and "[" not in plain.reason
+    reading = Reading(("self_answer",), unseen=unseen == "refuse")
+    d = decide_for(policy, r, Thresholds(), reading=reading, rules=ReadRules(screen, unseen))
+    assert d.action == action and note in d.reason
+    # the scores are the rules' whatever the reading did to the action
+    assert d.strongest_unsafe == plain.strongest_unsafe
+
+
+def test_read_rules_default_to_the_config():
+    from plguard.config import GroundingConfig
+    from plguard.decide import DEFAULT_READ_RULES, ReadRules
+
+    assert DEFAULT_READ_RULES == ReadRules.of(GroundingConfig())
+
+
+def test_a_request_alone_is_decided_at_the_moderation_threshold():
+    from plguard.decide import decide_for
+
+    policy = _minimal()
+    r = policy.evaluate({**HARMLESS, "request_is_harmful": 0.9,
+                         "response_provides_harmful_instructions": 0.45})
+    th = Thresholds(unsafe=0.5, moderation=0.3)
+    assert decide_for(policy, r, th).action == "allow"  # an answer: the unsafe threshold
+    alone = decide_for(policy, r, th, answered=False)
+    assert alone.action == "refuse" and "moderation threshold 0.30" in alone.reason
+
+
+@pytest.mark.parametrize("th", [Thresholds(unsafe=0.4, over_refusal=0.6, content=0.7),
+                                Thresholds(unsafe=0.0, over_refusal=None, content=1.0),
+                                Thresholds(unsafe=1.0, over_refusal=0.0, content=0.0)])
+def test_decide_array_is_decide(th):
+    import numpy as np
+
+    from plguard.decide import ACTIONS, decide_array
+
+    rng = np.random.default_rng(3)
+    p = rng.random((200, 5))
+    p[:60] = (p[:60] > 0.5).astype(float)  # exact ties with the thresholds 0 and 1
+    content = ("unsafe_content_c",)
+    codes = decide_array(p[:, :2].max(axis=1), p[:, 2:4].max(axis=1), th.unsafe,
+                         th.over_refusal_at, p[:, 4], th.content)
+    for i, row in enumerate(p):
+        probs = dict(zip((*UNSAFE, *OVER, *content), row.tolist(), strict=True))
+        d = decide(_r(**probs), UNSAFE, OVER, th, content_rules=content)
+        assert ACTIONS[codes[i]] == d.action
+    # No rule of a kind never fires, even at a threshold of 0, as decide's empty rule lists.
+    none = decide_array(None, None, 0.0, 0.0, None, 0.0)
+    assert ACTIONS[int(none)] == decide(_r(), (), (), Thresholds(unsafe=0.0, over_refusal=0.0,
+                                                                content=0.0)).action == "allow"
+    # Thresholds broadcast against items: a (2 thresholds, 200 items) grid.
+    grid = decide_array(p[:, 0][None, :], None, np.array([[0.0], [1.1]]), 0.5)
+    assert grid.shape == (2, 200) and set(grid[0]) == {1} and set(grid[1]) == {0}

@@ -7,6 +7,7 @@
 True
 """
 
+from plguard.policy.bounds import MAX_FREE_PREDICATES, Bounds, bounds, free_predicates
 from plguard.policy.bundle import bundle_names, load_policy, resolve_bundle
 from plguard.policy.cases import (
     Case,
@@ -35,9 +36,11 @@ from plguard.policy.lint import Finding, LintReport, lint
 __all__ = [
     "AGGREGATES",
     "CONTENT",
+    "MAX_FREE_PREDICATES",
     "OVER_REFUSAL",
     "SAFE",
     "UNSAFE",
+    "Bounds",
     "Case",
     "CaseResult",
     "CasesReport",
@@ -49,12 +52,14 @@ __all__ = [
     "LintReport",
     "Policy",
     "RuleExplanation",
+    "bounds",
     "bundle_names",
     "cases_yaml",
     "check_cases",
     "diff",
     "explain",
     "explain_text",
+    "free_predicates",
     "generate_cases",
     "lint",
     "load_policy",

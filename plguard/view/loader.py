@@ -31,7 +31,9 @@ from plguard.view.records import (
     from_completion,
     from_eval,
     from_trace,
+    manifest_read_rules,
     manifest_thresholds,
+    read_rules_from_reason,
     thresholds_from_reason,
 )
 
@@ -186,6 +188,7 @@ def _normalise(obj: Any, where: str, n: int, data: ViewData) -> dict[str, Any] |
 
 def _trace_extras(rec: dict[str, Any]) -> None:
     rec["thresholds"] = thresholds_from_reason(rec["reason"])
+    rec["read_rules"] = read_rules_from_reason(rec["reason"])
 
 
 def _take(data: ViewData, obj: Any, where: str, n: int, seen: dict[str, str],
@@ -304,6 +307,7 @@ def load_run(folder: Path) -> ViewData:
     files.sort(key=lambda f: (order.get(f.stem, len(order)), f.stem))
     sem = _semantic(folder, data)
     thresholds = manifest_thresholds(data.manifest)
+    read_rules = manifest_read_rules(data.manifest)
 
     def extras(rec: dict[str, Any]) -> None:
         if rec["method"] and rec["id"]:
@@ -311,6 +315,7 @@ def load_run(folder: Path) -> ViewData:
         if rec["shape"] == "eval":
             _rescored(rec)
         rec["thresholds"] = thresholds or thresholds_from_reason(rec["reason"])
+        rec["read_rules"] = read_rules or read_rules_from_reason(rec["reason"])
 
     seen: dict[str, str] = {}
     for f in files:

@@ -101,7 +101,7 @@ def empty_record() -> dict[str, Any]:
         "strongest_over_refusal": None, "repairs": [], "timings": {}, "trace_timings": {},
         "judge": None, "evaluator": None, "evaluator_verdict": None, "guard_verdict": None,
         "disagree": None, "regex": None, "regex_extended": None, "thresholds": None,
-        "issues": [],
+        "screen": [], "unseen": False, "read_rules": None, "issues": [],
     }
 
 
@@ -160,6 +160,12 @@ def apply_trace(rec: dict[str, Any], t: dict[str, Any]) -> None:
         issues.append("no grounding in the trace: predicate probabilities not shown")
     rec["grounding_model"] = _text(g.get("model"))
     rec["predicates"] = _scores(g.get("scores"), issues)
+    # How the text was read, which the decision reads too (plguard.decide.Reading).
+    found, scores = g.get("screen"), g.get("scores")
+    rec["screen"] = list(dict.fromkeys(
+        str(_dict(f).get("kind")) for f in (found if isinstance(found, list) else [])))
+    rec["unseen"] = any(_dict(x).get("unseen") is True
+                        for x in (scores if isinstance(scores, list) else []))
     pol = _dict(t.get("policy"))
     rec["policy_id"] = _text(pol.get("policy"))
     rec["rules"] = _probs(pol.get("probs"), "rule probabilities", issues)
@@ -344,6 +350,33 @@ def thresholds_from_reason(reason: str | None) -> dict[str, Any] | None:
     return out or None
 
 
+def read_rules_from_reason(reason: str | None) -> dict[str, str] | None:
+    """``grounding.screen`` / ``.unseen`` as a decision's reason shows them, or None.
+
+    A reason names them only where they acted: a refusal names ``= refuse``, a note that
+    text was removed or a middle scored at its prior names the other setting.
+    """
+    if not reason:
+        return None
+    out: dict[str, str] = {}
+    if "(grounding.screen = refuse)" in reason:
+        out["screen"] = "refuse"
+    elif "was removed before grounding]" in reason:
+        out["screen"] = "sanitize"
+    if "(grounding.unseen = refuse)" in reason:
+        out["unseen"] = "refuse"
+    elif "its unseen middle was scored at each predicate's prior]" in reason:
+        out["unseen"] = "prior"
+    return out or None
+
+
+def manifest_read_rules(man: dict[str, Any] | None) -> dict[str, str] | None:
+    """``grounding.screen`` / ``.unseen`` of a run's config, or None when it has neither."""
+    g = _dict(_dict(_dict(man).get("config")).get("grounding"))
+    out = {k: g[k] for k in ("screen", "unseen") if isinstance(g.get(k), str)}
+    return out or None
+
+
 def attach_verdict(rec: dict[str, Any], sem: dict[str, Any] | None) -> None:
     """Attach the semantic evaluator's verdict on the record's final answer, if any."""
     if sem is None:
@@ -395,6 +428,8 @@ __all__ = [
     "from_eval",
     "from_trace",
     "guard_verdict",
+    "manifest_read_rules",
     "manifest_thresholds",
+    "read_rules_from_reason",
     "thresholds_from_reason",
 ]

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from plguard.config import Thresholds
+from plguard.decide import Reading, ReadRules
 from plguard.errors import InputError
 from plguard.view import markdown
 from plguard.view.loader import Problem, ViewData, finite, load
@@ -138,6 +139,19 @@ class ViewState:
         return Thresholds(unsafe=th.get("unsafe", default.unsafe),
                           over_refusal=th.get("over_refusal", default.over_refusal)), src
 
+    @staticmethod
+    def reading_for(rec: Mapping[str, Any]) -> tuple[Reading, ReadRules]:
+        """How the record's text was read, and what its run did with that.
+
+        The decision's inputs besides the rules and thresholds
+        (:func:`plguard.decide.decide_for`); rules a record does not show are the config's
+        defaults.
+        """
+        rules = {k: v for k, v in (rec.get("read_rules") or {}).items()
+                 if k in ("screen", "unseen")}
+        return (Reading(tuple(rec.get("screen") or ()), bool(rec.get("unseen"))),
+                ReadRules(**rules))
+
     def whatif_ready(self, rec: Mapping[str, Any]) -> str | None:
         """None when what-if works for the record, else why not."""
         pv = self.policy_for(rec)
@@ -246,10 +260,11 @@ class ViewState:
             raise InputError(f"what-if is not available for {key}: {why_not}")
         policy = pv.policy
         th, src = self.thresholds_for(rec)
+        reading, rules = self.reading_for(rec)
         p = check_probs(policy, probs)
         result = policy.evaluate(p)
-        d = decision_for(policy, result, th)
-        fl = flips(policy, p, th, d.action) if with_flips else ()
+        d = decision_for(policy, result, th, reading=reading, rules=rules)
+        fl = flips(policy, p, th, d.action, reading=reading, rules=rules) if with_flips else ()
         return {"rules": dict(result.probs), "policy": result.policy,
                 "thresholds": {"unsafe": th.unsafe, "over_refusal": th.over_refusal,
                                "source": src},

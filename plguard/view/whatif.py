@@ -1,8 +1,11 @@
 """What-if: re-evaluate the compiled policy for edited predicate probabilities.
 
 :func:`what_if` returns every rule's probability and the decision under the run's
-thresholds, computed exactly as the Guard does (``Policy.evaluate`` then ``decide``), and
-:func:`flips`, the smallest change of one predicate that changes the decision.
+thresholds, computed exactly as the Guard does (``Policy.evaluate`` then
+:func:`plguard.decide.decide_for`, with how the record's text was read: text addressed to
+the guard, a middle never read), and :func:`flips`, the smallest change of one predicate
+that changes the decision (none, when how the text was read refuses it whatever the rules
+say).
 
 How the flip is found, and why it is exact: a ProbLog query's probability is a weighted
 model count, which is multilinear in the probabilities of independent facts; every
@@ -21,14 +24,14 @@ falls back to a grid scan refined by bisection, and the answer is marked approxi
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
 from plguard.config import Thresholds
-from plguard.decide import decide_for
+from plguard.decide import DEFAULT_READ_RULES, READ_WHOLE, Reading, ReadRules, decide_for
 from plguard.errors import InputError
 from plguard.types import Decision, PolicyResult
 
@@ -133,21 +136,29 @@ def check_probs(policy: PolicyLike, probs: Mapping[str, Any]) -> dict[str, float
     return out
 
 
-def decision_for(policy: PolicyLike, result: PolicyResult, thresholds: Thresholds) -> Decision:
-    """The Guard's decision for a policy result (the same pure function it calls)."""
-    return decide_for(policy, result, thresholds)
+def decision_for(policy: PolicyLike, result: PolicyResult, thresholds: Thresholds, *,
+                 reading: Reading = READ_WHOLE, rules: ReadRules = DEFAULT_READ_RULES) -> Decision:
+    """The Guard's decision for a policy result (the same pure function it calls).
+
+    ``reading``: how the record's text was read; ``rules``: the run's ``grounding.screen``
+    and ``grounding.unseen``.
+    """
+    return decide_for(policy, result, thresholds, reading=reading, rules=rules)
 
 
-def what_if(policy: PolicyLike, probs: Mapping[str, Any], thresholds: Thresholds) -> WhatIf:
+def what_if(policy: PolicyLike, probs: Mapping[str, Any], thresholds: Thresholds, *,
+            reading: Reading = READ_WHOLE, rules: ReadRules = DEFAULT_READ_RULES) -> WhatIf:
     """Rule probabilities, decision and single-predicate flips for ``probs``."""
     p = check_probs(policy, probs)
     result = policy.evaluate(p)
-    decision = decision_for(policy, result, thresholds)
-    return WhatIf(p, result, decision, flips(policy, p, thresholds, decision.action))
+    decision = decision_for(policy, result, thresholds, reading=reading, rules=rules)
+    return WhatIf(p, result, decision, flips(policy, p, thresholds, decision.action,
+                                             reading=reading, rules=rules))
 
 
 def flips(policy: PolicyLike, probs: Mapping[str, float], thresholds: Thresholds,
-          action: str | None = None) -> tuple[Flip, ...]:
+          action: str | None = None, *, reading: Reading = READ_WHOLE,
+          rules: ReadRules = DEFAULT_READ_RULES) -> tuple[Flip, ...]:
     """For each predicate, the nearest value that changes the decision; nearest first.
 
     Args:
@@ -155,6 +166,8 @@ def flips(policy: PolicyLike, probs: Mapping[str, float], thresholds: Thresholds
         probs: every predicate's current probability.
         thresholds: the decision thresholds.
         action: the current decision's action, when already known.
+        reading: how the record's text was read.
+        rules: what the run does with how a text was read (``grounding.screen``, ``.unseen``).
 
     Returns:
         One :class:`Flip` per predicate whose change alone can flip the decision, sorted by
@@ -162,10 +175,13 @@ def flips(policy: PolicyLike, probs: Mapping[str, float], thresholds: Thresholds
     """
     names = list(policy.predicate_names)
     base = np.array([probs[n] for n in names], dtype=np.float64)
+
+    def judge(result: PolicyResult) -> str:
+        return decision_for(policy, result, thresholds, reading=reading, rules=rules).action
+
     if action is None:
-        action = decision_for(policy, policy.evaluate(dict(zip(names, base.tolist(),
-                                                               strict=True))), thresholds).action
-    rules = [*policy.unsafe_rules, *policy.content_rules, *policy.over_refusal_rules]
+        action = judge(policy.evaluate(dict(zip(names, base.tolist(), strict=True))))
+    compared = [*policy.unsafe_rules, *policy.content_rules, *policy.over_refusal_rules]
     limit = {r: thresholds.unsafe for r in policy.unsafe_rules}
     limit.update({r: thresholds.content for r in policy.content_rules})
     # An over-refusal threshold that is off (infinite) gives no candidate value.
@@ -174,34 +190,37 @@ def flips(policy: PolicyLike, probs: Mapping[str, float], thresholds: Thresholds
     rows = np.repeat(base[None, :], len(names) * len(probes), axis=0)
     for i in range(len(names)):
         rows[i * len(probes):(i + 1) * len(probes), i] = probes
-    out = policy.evaluate_matrix(rows, names) if rules else {}
+    out = policy.evaluate_matrix(rows, names) if compared else {}
     found: list[Flip] = []
     for i in range(len(names)):
-        at = {r: out[r][i * len(probes):(i + 1) * len(probes)] for r in rules}
+        at = {r: out[r][i * len(probes):(i + 1) * len(probes)] for r in compared}
         affine = all(abs(v[2 + k] - (v[0] + probes[2 + k] * (v[1] - v[0]))) <= _AFFINE_TOL
                      for v in at.values() for k in range(2))
         if affine:
             cands = [float((limit[r] - v[0]) / (v[1] - v[0])) for r, v in at.items()
                      if v[1] != v[0]]
-            flip = _nearest_exact(policy, names, base, i, action, thresholds,
+            flip = _nearest_exact(policy, names, base, i, action, judge,
                                   [c for c in cands if -1e-12 <= c <= 1 + 1e-12])
         else:
-            flip = _nearest_scan(policy, names, base, i, action, thresholds)
+            flip = _nearest_scan(policy, names, base, i, action, judge)
         if flip is not None:
             found.append(flip)
     order = {n: k for k, n in enumerate(names)}
     return tuple(sorted(found, key=lambda f: (abs(f.delta), order[f.predicate])))
 
 
+Judge = Callable[[PolicyResult], str]  # a policy result's action, the record's way
+
+
 def _action_at(policy: PolicyLike, names: Sequence[str], base: np.ndarray, i: int, v: float,
-               thresholds: Thresholds) -> str:
+               judge: Judge) -> str:
     p = dict(zip(names, base.tolist(), strict=True))
     p[names[i]] = v
-    return decision_for(policy, policy.evaluate(p), thresholds).action
+    return judge(policy.evaluate(p))
 
 
 def _nearest_exact(policy: PolicyLike, names: Sequence[str], base: np.ndarray, i: int,
-                   action: str, thresholds: Thresholds, cands: Sequence[float]) -> Flip | None:
+                   action: str, judge: Judge, cands: Sequence[float]) -> Flip | None:
     v0 = float(base[i])
     best: Flip | None = None
     for side in (-1.0, 1.0):
@@ -210,7 +229,7 @@ def _nearest_exact(policy: PolicyLike, names: Sequence[str], base: np.ndarray, i
         for c in ahead:
             if best is not None and abs(c - v0) > abs(best.delta):
                 break
-            hit = _confirm(policy, names, base, i, c, side, action, thresholds)
+            hit = _confirm(policy, names, base, i, c, side, action, judge)
             if hit is not None:
                 if best is None or abs(hit[0] - v0) < abs(best.delta):
                     best = Flip(names[i], v0, hit[0], hit[1], True)
@@ -219,22 +238,22 @@ def _nearest_exact(policy: PolicyLike, names: Sequence[str], base: np.ndarray, i
 
 
 def _confirm(policy: PolicyLike, names: Sequence[str], base: np.ndarray, i: int, c: float,
-             side: float, action: str, thresholds: Thresholds) -> tuple[float, str] | None:
+             side: float, action: str, judge: Judge) -> tuple[float, str] | None:
     """The first point at or just beyond ``c`` (away from the start) with another action."""
     for eps in _NUDGES:
         v = min(1.0, max(0.0, c + side * eps))
-        act = _action_at(policy, names, base, i, v, thresholds)
+        act = _action_at(policy, names, base, i, v, judge)
         if act != action:
             return v, act
     return None
 
 
 def _nearest_scan(policy: PolicyLike, names: Sequence[str], base: np.ndarray, i: int,
-                  action: str, thresholds: Thresholds) -> Flip | None:
+                  action: str, judge: Judge) -> Flip | None:
     """Grid scan plus bisection, for a predicate along which rules are not affine."""
     v0 = float(base[i])
     grid = np.unique(np.concatenate([np.linspace(0.0, 1.0, _GRID), [v0]]))
-    acts = [_action_at(policy, names, base, i, float(v), thresholds) for v in grid]
+    acts = [_action_at(policy, names, base, i, float(v), judge) for v in grid]
     k0 = int(np.searchsorted(grid, v0))
     best: Flip | None = None
     for step in (-1, 1):
@@ -246,12 +265,11 @@ def _nearest_scan(policy: PolicyLike, names: Sequence[str], base: np.ndarray, i:
         lo, hi = float(grid[k]), float(grid[k + step])  # lo keeps the action, hi does not
         for _ in range(_BISECT_STEPS):
             mid = (lo + hi) / 2
-            if _action_at(policy, names, base, i, mid, thresholds) == action:
+            if _action_at(policy, names, base, i, mid, judge) == action:
                 lo = mid
             else:
                 hi = mid
-        flip = Flip(names[i], v0, hi, _action_at(policy, names, base, i, hi, thresholds),
-                    False)
+        flip = Flip(names[i], v0, hi, _action_at(policy, names, base, i, hi, judge), False)
         if best is None or abs(flip.delta) < abs(best.delta):
             best = flip
     return best

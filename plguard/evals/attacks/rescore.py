@@ -1,10 +1,12 @@
 """Re-decide a finished attack run under a changed policy or thresholds, without a model.
 
-A record holds every predicate's calibrated P(True) for its (pair, attack). Rules and the
-decision are pure functions of those, so when a policy's *rules* change (not its questions)
-and the calibration's predicate maps are the ones the run applied, re-deciding the records
-gives exactly what a fresh run would, in seconds instead of an hour of grounding. Anything
-else (a changed question, other maps, another model) needs a new run and is refused here.
+A record holds every predicate's calibrated P(True) for its (pair, attack), and how its text
+was read (text addressed to the guard, a middle never read). Rules and the decision are pure
+functions of those (:func:`plguard.decide.decide_for`, as the Guard decides), so when a
+policy's *rules* change (not its questions) and the calibration's predicate maps are the ones
+the run applied, re-deciding the records gives exactly what a fresh run would, in seconds
+instead of an hour of grounding. Anything else (a changed question, other maps, another
+model) needs a new run and is refused here.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 from plguard.calibration import Calibration, check_applies, load_calibration
 from plguard.config import GuardConfig, Thresholds
-from plguard.decide import decide_for
+from plguard.decide import Reading, ReadRules, decide_for
 from plguard.errors import ConfigError, InputError
 from plguard.evals.attacks.runner import calibration_record, decision_fields
 from plguard.policy import Policy, load_policy
@@ -94,7 +96,12 @@ def rescore_run(run_dir: str | Path, out_dir: str | Path, config: GuardConfig) -
     cal = load_calibration(config.grounding.calibration) if config.grounding.calibration else None
     cal_record = _check(manifest, src, policy, config, cal)
     th = effective_thresholds(config, cal)
-    recs = [r if r.get("error") is not None else _redecide(r, policy, th, src)
+    rules = ReadRules.of(config.grounding)
+    # Records written before `unseen` was: with windowing off, a cut is the response's
+    # unread middle (a request cut alone is rare; it then counts as one too).
+    windowed = manifest.get("config", {}).get("grounding", {}).get("windows", True)
+    recs = [r if r.get("error") is not None
+            else _redecide(r, policy, th, rules, src, unseen=not windowed)
             for r in read_jsonl(src / "records.jsonl")]
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / "records.jsonl.tmp"
@@ -111,15 +118,28 @@ def rescore_run(run_dir: str | Path, out_dir: str | Path, config: GuardConfig) -
     return write_report(out)
 
 
-def _redecide(rec: dict[str, Any], policy: Policy, th: Thresholds, src: Path) -> dict[str, Any]:
+def _redecide(rec: dict[str, Any], policy: Policy, th: Thresholds, rules: ReadRules, src: Path,
+              *, unseen: bool) -> dict[str, Any]:
     probs = rec.get("predicates") or {}
     missing = [p for p in policy.predicate_names if p not in probs]
     if missing:
         raise InputError(f"--rescore {src}: record {rec.get('id')} has no P(True) for "
                          f"{', '.join(missing)}: the policy asks what the run did not; rerun "
                          "the attacks")
-    d = decide_for(policy, policy.evaluate(probs), th)
+    d = decide_for(policy, policy.evaluate(probs), th, reading=record_reading(rec, unseen=unseen),
+                   rules=rules)
     return rec | decision_fields(str(rec.get("kind", "")), d)
 
 
-__all__ = ["rescore_run", "run_calibration"]
+def record_reading(rec: dict[str, Any], *, unseen: bool = False) -> Reading:
+    """How a record's text was read (its screen findings, its unread middle).
+
+    ``unseen``: whether a cut (``truncated``) record written before the ``unseen`` field
+    counts as one whose middle was not read.
+    """
+    kinds = dict.fromkeys(str(f.get("kind")) for f in rec.get("screen") or [])
+    cut = rec["unseen"] if "unseen" in rec else unseen and bool(rec.get("truncated"))
+    return Reading(tuple(kinds), bool(cut))
+
+
+__all__ = ["record_reading", "rescore_run", "run_calibration"]

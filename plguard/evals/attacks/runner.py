@@ -117,6 +117,7 @@ def record(pair: Pair, attack: str, texts: Attacked | None,
         return rec
     rec.update(error=None, **decision_fields(pair.kind, out.decision),
                predicates=out.grounding.probs, truncated=out.grounding.truncated,
+               unseen=any(s.unseen for s in out.grounding.scores),
                windows=max((len(s.windows) for s in out.grounding.scores
                             if not s.unseen), default=0) or 1,
                template=out.grounding.template_version, times=dict(out.timings_s),

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from plguard.decide import ACTIONS, decide_array
 from plguard.labels.gold import OUTCOMES, Sample, load_gold, outcome
 from plguard.policy import Policy
 
@@ -40,9 +41,11 @@ class Decisions:
 def decide_matrix(policy: Policy, matrix: np.ndarray, thresholds: Any = None) -> Decisions:
     """Reason and decide for each row of predicate probabilities (columns in policy order).
 
-    Same rule as :func:`plguard.decide.decide`: the strongest unsafe rule at or above its
-    threshold refuses first, else the strongest over-refusal rule rewrites; ties go to the
-    first rule in policy order (``argmax`` picks the first maximum).
+    The action is :func:`plguard.decide.decide_array`'s (the decision's rule, vectorised)
+    on the strongest unsafe and over-refusal rules; ties go to the first rule in policy
+    order (``argmax`` picks the first maximum), as :func:`plguard.decide.strongest` does.
+    The unsafe-content rules are left out: gold decisions are scored against XSTest's two
+    outcomes, and the committed gold results were decided without them.
     """
     from plguard.config import Thresholds
 
@@ -59,9 +62,10 @@ def decide_matrix(policy: Policy, matrix: np.ndarray, thresholds: Any = None) ->
 
     u_rule, u_p = strongest(policy.unsafe_rules)
     o_rule, o_p = strongest(policy.over_refusal_rules)
-    action = np.where((u_rule != "") & (u_p >= th.unsafe), "refuse",
-                      np.where((o_rule != "") & (o_p >= th.over_refusal_at), "rewrite",
-                               "allow"))
+    codes = decide_array(u_p if policy.unsafe_rules else None,
+                         o_p if policy.over_refusal_rules else None,
+                         th.unsafe, th.over_refusal_at)
+    action = np.asarray(ACTIONS)[codes]
     return Decisions(action, u_rule, u_p, o_rule, o_p, probs)
 
 

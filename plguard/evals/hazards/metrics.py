@@ -8,7 +8,6 @@ or above the unsafe threshold, as moderation flags a request.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -16,8 +15,7 @@ from typing import Any
 import numpy as np
 
 from plguard.evals.hazards.items import BENIGN
-
-ROWS_PER_BLOCK = 4096  # rows of one policy evaluation (items x answer assignments)
+from plguard.policy.bounds import bounds
 
 
 def unsafe_inputs(policy: Any) -> set[str]:
@@ -34,25 +32,10 @@ def worst_case_matrix(policy: Any, request_probs: np.ndarray, names: Sequence[st
     """Each unsafe rule's worst-answer probability per row of ``request_probs``.
 
     ``request_probs``: ``[n, len(names)]``, the request-scope predicates ``names``. The
-    batched form of :func:`plguard.moderation.worst_case` (the same vertices and max).
+    batched form of :func:`plguard.moderation.worst_case` (both are
+    :func:`plguard.policy.bounds`' highest value).
     """
-    all_names = list(policy.predicate_names)
-    free = [i for i, p in enumerate(policy.predicates) if p.scope == "response"]
-    cols = [all_names.index(n) for n in names]
-    verts = np.array(list(itertools.product((0.0, 1.0), repeat=len(free))),
-                     dtype=np.float64).reshape(-1, len(free))
-    rules = list(policy.unsafe_rules)
-    out = {q: np.empty(len(request_probs)) for q in rules}
-    per = max(1, ROWS_PER_BLOCK // len(verts))
-    for start in range(0, len(request_probs), per):
-        block = request_probs[start:start + per]
-        m = np.zeros((len(block) * len(verts), len(all_names)))
-        m[:, cols] = np.repeat(block, len(verts), axis=0)
-        m[:, free] = np.tile(verts, (len(block), 1))
-        values = policy.evaluate_matrix(m, all_names)
-        for q in rules:
-            out[q][start:start + len(block)] = values[q].reshape(len(block), -1).max(axis=1)
-    return out
+    return bounds(policy, request_probs, names, list(policy.unsafe_rules)).high
 
 
 def category_matrix(policy: Any, rules: Mapping[str, np.ndarray]
