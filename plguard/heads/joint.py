@@ -16,9 +16,17 @@ Each category's head is stored in the ordinary heads format: its logit against `
 on every category, and the category with the highest ``z_k`` is the multinomial's own
 argmax among the categories. Its probability is a Platt map on out-of-fold logits, as for
 every head, but one map shared by the categories (fitted on their pooled logits against
-each predicate's known labels), so probabilities keep the multinomial's order. Layer,
-then strength, are chosen by the cross-validated log-loss of the multinomial (a proper
-score of the whole ranking).
+each predicate's known labels), so probabilities keep the multinomial's order.
+
+Readout and layer, then strength, are chosen for transfer as every head is
+(plguard.heads.select): each source's requests are scored by a multinomial fitted on the
+other sources, each category is judged by its worst held-out source (AUROC within a source
+with both classes, against the other class of the other sources for a one-class source),
+and a candidate by the mean over categories of those worst sources. A category whose
+positives all come from one source is not measured there (no other source teaches it).
+Where fewer than two sources can be held out, seeded folds by item stand in. A category
+whose worst held-out source reads more than ``WORST_TOLERANCE`` below zero-shot there
+keeps its zero-shot reading. The Platt map is fitted on the held-out logits.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from plguard.heads.artefact import encode_vector
 from plguard.heads.corpus import CorpusItem
 from plguard.heads.features import Extractor
 from plguard.heads.fit import FOLDS, MIN_CLASS, PredicateFit, auroc
+from plguard.heads.select import WORST_TOLERANCE, Data, Scored, heldout_metrics, worst
 from plguard.policy._syntax import atoms
 
 CS_JOINT = (0.003, 0.01, 0.03, 0.1, 0.3)  # strengths tried (standardised features)
@@ -94,24 +103,76 @@ def item_folds(rows: np.ndarray, cls: np.ndarray) -> Any:
         rows, cls, groups=rows)
 
 
-def _oof_logits(X: np.ndarray, rows: np.ndarray, cls: np.ndarray, wts: np.ndarray,
-                C: float, n_items: int) -> np.ndarray:
-    """Out-of-fold class logits ``[n_items, n_classes]``, folds by item (NaN: unfitted).
+_ABSENT = -1e9  # the logit of a class its fold's training rows lack (never predicted)
 
-    An item's duplicate rows stay in one fold, so no item is scored by a model that saw it.
+
+def source_folds(rows: np.ndarray, cls: np.ndarray, groups: np.ndarray
+                 ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Leave-one-source-out splits of the multinomial rows.
+
+    One split per source that can be held out: the other sources keep the ``none`` class
+    and at least one category. Empty when fewer than two can (the caller then uses
+    :func:`item_folds`).
+    """
+    src = groups[rows]
+    out = []
+    for s in sorted(set(src.tolist())):
+        tr = src != s
+        if (cls[tr] == 0).any() and (cls[tr] > 0).any():
+            out.append((np.flatnonzero(tr), np.flatnonzero(~tr)))
+    return out if len(out) >= 2 else []
+
+
+def _oof_logits(X: np.ndarray, rows: np.ndarray, cls: np.ndarray, wts: np.ndarray,
+                C: float, n_items: int,
+                folds: Sequence[tuple[np.ndarray, np.ndarray]] | None = None) -> np.ndarray:
+    """Out-of-fold class logits ``[n_items, n_classes]`` (NaN: unscored).
+
+    ``folds``: splits of the rows (:func:`source_folds`); default by item. An item's
+    duplicate rows stay in one fold, so no item is scored by a model that saw it. A class
+    a fold's training rows lack gets a logit of ``_ABSENT``.
     """
     n_cls = int(cls.max()) + 1
     out = np.full((n_items, n_cls), np.nan)
-    for tr, te in item_folds(rows, cls):
+    for tr, te in (item_folds(rows, cls) if folds is None else folds):
         m = _multinomial(C)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             m.fit(X[rows[tr]], cls[tr], logisticregression__sample_weight=wts[tr])
         items = np.unique(rows[te])
-        z = np.full((len(items), n_cls), -np.inf)
-        z[:, m[-1].classes_] = _class_logits(m.decision_function(X[items]))
+        z = np.full((len(items), n_cls), _ABSENT)
+        d = m.decision_function(X[items])
+        z[:, m[-1].classes_] = (_class_logits(d) if len(m[-1].classes_) == 2
+                                else d.reshape(len(items), -1))
         out[items] = z
     return out
+
+
+def category_heldout(z: np.ndarray, Y: np.ndarray, groups: np.ndarray,
+                     scored: np.ndarray, taught: Mapping[str, set[int]] | None = None
+                     ) -> list[dict[str, float]]:
+    """Per category, per source: the held-out metric of logits ``z`` (plguard.heads.select).
+
+    ``taught``: source -> the categories the other sources have positives of; a category
+    is not measured (NaN) on a source no other source teaches it for.
+    """
+    out = []
+    for j in range(Y.shape[1]):
+        s = z[:, j + 1] - z[:, 0]
+        if taught is not None:  # untaught: not a held-out score, here or against others
+            s = np.where([j in taught.get(g, set()) for g in groups.tolist()], s, np.nan)
+        known = ~np.isnan(Y[:, j]) & ~np.isnan(s)
+        d = Data(np.zeros((int(known.sum()), 0)), Y[known, j].astype(int), groups[known],
+                 np.zeros((0, 0)), np.zeros((0, 0)), np.array([], dtype=str), scored[known])
+        out.append(heldout_metrics(d, Scored(s[known], np.zeros(0), np.zeros(0)),
+                                   sorted(set(groups.tolist()))))
+    return out
+
+
+def _mean_worst(metrics: Sequence[Mapping[str, float]]) -> float:
+    ws = [worst(m)[0] for m in metrics]
+    ok = [w for w in ws if not math.isnan(w)]
+    return float(np.mean(ok)) if ok else -math.inf
 
 
 def _class_logits(d: np.ndarray) -> np.ndarray:
@@ -128,7 +189,8 @@ def _log_loss(z: np.ndarray, rows: np.ndarray, cls: np.ndarray, wts: np.ndarray)
 
 def top1(z: np.ndarray, rows: np.ndarray, cls: np.ndarray) -> float:
     """Share of single-category items whose own category has the highest logit."""
-    single = [r for r in np.unique(rows[cls > 0]) if (rows == r).sum() == 1]
+    single = [r for r in np.unique(rows[cls > 0])
+              if (rows == r).sum() == 1 and not np.isnan(z[r]).any()]
     if not single:
         return math.nan
     own = {int(r): int(c) for r, c in zip(rows, cls, strict=True)}
@@ -190,7 +252,8 @@ class JointModel:
 
 def fit_joint_heads(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
                     labels: Mapping[str, np.ndarray], names: Sequence[str],
-                    readouts: Sequence[str] = ("prefix",)
+                    readouts: Sequence[str] = ("prefix",),
+                    zero_shot: Mapping[str, np.ndarray] | None = None,
                     ) -> tuple[list[PredicateFit], dict[str, Any]]:
     """Joint heads for the request predicates ``names`` (see the module docstring).
 
@@ -198,7 +261,9 @@ def fit_joint_heads(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
     and layer are chosen together. Returns a fit per name (a predicate with fewer than
     :data:`MIN_CLASS` positives is not a class and keeps its zero-shot reading) and the
     joint fit's summary for the report: chosen readout, layer and strength,
-    cross-validated log-loss and top-1 per candidate.
+    log-loss, top-1 and mean worst held-out source per candidate (all out of fold: by
+    source where it can be). ``zero_shot``: predicate -> zero-shot logit per item of
+    ``items`` (NaN: not read), the floor a category's head must not fall below.
     """
     readouts = [r for r in readouts if r in ("prefix", "pool")]
     if not readouts:
@@ -226,6 +291,14 @@ def fit_joint_heads(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
     missing = sum(1 for ks in keys.values() for k in ks if k not in feats)
     if missing:
         raise ValueError(f"{missing} states lack stored features; run the extraction first")
+    groups = np.array([it.source for it in sub])
+    scored = np.array(["augmented" not in it.fields for it in sub], dtype=bool)
+    folds = source_folds(rows, cls, groups)
+    taught: dict[str, set[int]] = {}  # held-out source -> the categories the others teach
+    for tr, te in folds:
+        held = str(groups[rows[te[0]]])
+        taught[held] = {int(c) - 1 for c in set(cls[tr].tolist()) if c > 0}
+    by_source = bool(folds)
     cands: dict[str, dict[str, float]] = {}
     tried: dict[tuple[str, int, float], float] = {}
     oofs: dict[tuple[str, int, float], np.ndarray] = {}  # the winner's feed its Platt map
@@ -235,11 +308,20 @@ def fit_joint_heads(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
         return np.stack([feats[k].states[j] for k in keys[readout]]).astype(np.float64)
 
     def score(at: tuple[str, int], C: float, X: np.ndarray) -> float:
-        z = oofs[(*at, C)] = _oof_logits(X, rows, cls, wts, C, len(sub))
-        tried[(*at, C)] = ll = _log_loss(z, rows, cls, wts)
+        z = oofs[(*at, C)] = _oof_logits(X, rows, cls, wts, C, len(sub), folds or None)
+        ok = ~np.isnan(z[rows]).any(axis=1)  # rows of a source no fold held out: unscored
+        # A class the other sources lack is absent from the held-out model: clipped, so
+        # it costs a large finite loss rather than 1e9.
+        ll = _log_loss(np.maximum(z, -50.0), rows[ok], cls[ok], wts[ok])
+        if by_source:  # higher is better: negated, so the minimum wins as for log-loss
+            mw = _mean_worst(category_heldout(z, Y, groups, scored, taught))
+            tried[(*at, C)] = -mw
+        else:
+            mw, tried[(*at, C)] = math.nan, ll
         cands[f"{at[0]}@{at[1]} C={C}"] = {"log_loss": round(ll, 4),
-                                           "top1": round(top1(z, rows, cls), 4)}
-        return ll
+                                           "top1": round(top1(z, rows, cls), 4),
+                                           "mean_worst_heldout": round(mw, 4)}
+        return tried[(*at, C)]
 
     # Readout and layer at a middle strength, then the strength there: a full grid
     # costs five times the fits for the same choice on the embedded model's dev data.
@@ -250,23 +332,63 @@ def fit_joint_heads(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
     X = X_at(readout, layer)
     C = min(CS_JOINT, key=lambda c: tried[(*at, c)] if (*at, c) in tried
             else score(at, c, X))
-    jm = JointModel(X, Y, C, oofs[(*at, C)])
+    oof = oofs[(*at, C)]
+    if by_source:  # items of a source no fold held out: scored by item folds for Platt
+        gaps = np.isnan(oof).all(axis=1)
+        if gaps.any():
+            oof = np.where(gaps[:, None], _oof_logits(X, rows, cls, wts, C, len(sub)), oof)
+    jm = JointModel(X, Y, C, oof)
+    heldout = category_heldout(oofs[(*at, C)], Y, groups, scored, taught if by_source else None)
+    zs_held = (category_heldout(_zs_logits(zero_shot, classes, len(sub), idx), Y, groups,
+                                scored) if zero_shot is not None and by_source
+               else [{} for _ in classes])
     platt = {"a": float(jm.platt.coef_[0][0]), "b": float(jm.platt.intercept_[0])}
+    how = ("held out by source" if by_source else
+           "no two sources could be held out with a category and none left: 5 item folds "
+           "stand in for sources")
     for j, name in enumerate(classes):
         (n_p, n_n), cv = jm.counts[j], jm.cv_auroc[j]
-        f = PredicateFit(name, "request", n_p, n_n, math.nan, cv_auroc=cv,
-                         readout=readout, layer=layer, mode="head", C=C)
+        w, src = worst(heldout[j]) if by_source else (cv, "")
+        f = PredicateFit(name, "request", n_p, n_n, math.nan, cv_auroc=w,
+                         readout=readout, layer=layer, mode="head", C=C,
+                         heldout={k: round(v, 4) for k, v in heldout[j].items()},
+                         zero_shot_heldout={k: round(v, 4) for k, v in zs_held[j].items()},
+                         worst_source=src)
+        floor = zs_held[j].get(src, math.nan) if src else math.nan
+        if not math.isnan(floor) and w < floor - WORST_TOLERANCE:
+            f.head, f.mode, f.choice = None, "", "zero-shot"
+            f.why = (f"joint head's worst held-out source {src} {w:.3f} < zero-shot there "
+                     f"{floor:.3f} - {WORST_TOLERANCE}: zero-shot kept")
+            f.skipped = f.why
+            fits[name] = f
+            continue
+        f.choice = "head"
+        f.why = (f"joint multinomial, {how}; worst held-out source "
+                 + (f"{src} {w:.3f}" if src else f"(folds) {w:.3f}")
+                 + ("" if math.isnan(floor) else f" vs zero-shot there {floor:.3f}"))
         f.head = {"readout": readout, "layer": layer, "mode": "head",
                   "weights": encode_vector(jm.weights[j]), "bias": float(jm.bias[j]),
                   "platt": platt,
-                  "info": {"cv_auroc": round(cv, 4), "C": C, "n_pos": n_p, "n_neg": n_n,
+                  "info": {"cv_auroc": round(w, 4), "C": C, "n_pos": n_p, "n_neg": n_n,
                            "zero_shot_auroc": None, "joint": classes}}
         fits[name] = f
     summary = {"classes": classes, "readout": readout, "layer": layer, "C": C,
-               "rows": len(rows),
-               "cv_log_loss": round(tried[(*at, C)], 4),
-               "cv_top1": round(top1(jm.oof, jm.rows, jm.cls), 4), "candidates": cands}
+               "rows": len(rows), "selected_by": how,
+               "cv_log_loss": cands[f"{readout}@{layer} C={C}"]["log_loss"],
+               "cv_top1": cands[f"{readout}@{layer} C={C}"]["top1"],
+               "mean_worst_heldout": cands[f"{readout}@{layer} C={C}"]["mean_worst_heldout"],
+               "candidates": cands}
     return [fits[n] for n in names], summary
+
+
+def _zs_logits(zero_shot: Mapping[str, np.ndarray], classes: Sequence[str], n: int,
+               idx: Sequence[int]) -> np.ndarray:
+    """Zero-shot logits in :func:`category_heldout`'s layout (column 0, ``none``, at 0)."""
+    z = np.zeros((n, len(classes) + 1))
+    for j, name in enumerate(classes):
+        v = zero_shot.get(name)
+        z[:, j + 1] = np.nan if v is None else np.asarray(v, dtype=np.float64)[list(idx)]
+    return z
 
 
 __all__ = ["CS_JOINT", "JointModel", "category_predicates", "fit_joint_heads", "item_folds",

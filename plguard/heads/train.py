@@ -131,7 +131,8 @@ def fit_heads(config: GuardConfig, out: str | Path, options: FitOptions | None =
     if joint:
         jfits, summary = fit_joint_heads(policy, ex, items, labels, joint,
                                          readouts=[r for r in opts.readouts
-                                                   if r in ("prefix", "pool")])
+                                                   if r in ("prefix", "pool")],
+                                         zero_shot=zero_shot)
         by_name = {f.name: f for f in jfits}
         fits = [by_name.get(f.name, f) for f in fits]
     t3 = time.perf_counter()
@@ -269,10 +270,12 @@ def format_report(policy: str, model: str, fits: Sequence[PredicateFit],
     if j and j["classes"]:
         lines[6:6] = [f"Category predicates fitted jointly (one multinomial over "
                       f"{len(j['classes'])} categories and none, plguard.heads.joint): "
-                      f"{j.get('readout', 'prefix')}@{j['layer']}, C {j['C']}; "
-                      f"cross-validated log-loss {j['cv_log_loss']}, own category first "
-                      f"for {j['cv_top1']:.1%} of the single-category hazardous requests "
-                      "(cross-validated, not chosen by held-out source).", ""]
+                      f"{j.get('readout', 'prefix')}@{j['layer']}, C {j['C']}, chosen by "
+                      f"the mean over categories of each one's worst held-out source "
+                      f"({j.get('mean_worst_heldout', '-')}; {j.get('selected_by', '')}); "
+                      f"out of fold: log-loss {j['cv_log_loss']}, own category first "
+                      f"for {j['cv_top1']:.1%} of the single-category hazardous requests.",
+                      ""]
     # After the joint note: it is placed by index too.
     d = training.get("drafts")
     if d:

@@ -50,16 +50,18 @@ questions)
 fit)
   # The drafts file is shared by the policies (one generator), made by the first fit.
   D="--drafts $DRAFTS --drafts-file $R/drafts.jsonl"
-  fit minimal "$R/heads-minimal.json" --augment "$AUGMENT" $D $QRESP
-  fit detailed "$R/heads-detailed.json" --augment "$AUGMENT" $D $QRESP
+  for p in ${POLICIES:-minimal detailed hazards}; do case $p in
+  minimal|detailed) fit $p "$R/heads-$p.json" --augment "$AUGMENT" $D $QRESP ;;
   # hazards judges requests alone (moderation): no pair read, so prefix and pool only; its
   # category predicates compete in one multinomial (plguard.heads.joint).
-  fit hazards "$R/heads-hazards.json" --augment "$AUGMENT" $D --readouts prefix,pool \
-    --joint-categories ;;
+  hazards) fit hazards "$R/heads-hazards.json" --augment "$AUGMENT" $D \
+      --readouts prefix,pool --joint-categories ;;
+  esac; done ;;
 ablate)
   mkdir -p "$R/ablations"
   D="--drafts $DRAFTS --drafts-file $R/drafts.jsonl"
   for p in ${POLICIES:-minimal detailed}; do
+    fit $p "$R/ablations/$p-one-forward.json" --augment "$AUGMENT" $D $ONE
     fit $p "$R/ablations/$p-no-augment.json" $D $ONE
     fit $p "$R/ablations/$p-no-drafts.json" --augment "$AUGMENT" $ONE
     fit $p "$R/ablations/$p-neither.json" $ONE

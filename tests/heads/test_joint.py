@@ -187,3 +187,66 @@ def test_joint_fit_chooses_the_readout_that_carries_the_categories(hazards):
     ex.with_pool = False
     with pytest.raises(ValueError, match="pool states"):
         fit_joint_heads(hazards, ex, items, labels, names, readouts=("pool",))
+
+
+def test_joint_heads_are_chosen_and_measured_by_held_out_source(hazards):
+    from dataclasses import replace
+
+    from plguard.heads.fit import labels_for
+    from plguard.heads.joint import category_predicates, fit_joint_heads
+
+    items, feats = _synthetic()
+    labels = labels_for(hazards, items)
+    # Three sources, each with benign requests and every hazard, except that defamation
+    # lives in s3 alone: no other source teaches it there.
+    def src(i: int, it: CorpusItem) -> str:
+        return "s3" if it.fields["type"] == "ailuminate_dfm" else f"s{i % 3 + 1}"
+
+    items = [replace(it, source=src(i, it)) for i, it in enumerate(items)]
+    names = list(category_predicates(hazards))
+    vcr, dfm = HAZARDS["vcr"], HAZARDS["dfm"]
+    # A zero-shot reading that knows violent crime perfectly: the floor its head must hold.
+    zs = {n: np.full(len(items), np.nan) for n in names}
+    zs[vcr] = np.array([10.0 if it.fields["type"] == "ailuminate_vcr" else -10.0
+                        for it in items])
+    fits, summary = fit_joint_heads(hazards, FakeExtractor(feats), items, labels, names,
+                                    zero_shot=zs)
+    by = {f.name: f for f in fits}
+    assert summary["selected_by"] == "held out by source"
+    assert all("mean_worst_heldout" in c for c in summary["candidates"].values())
+    iwp = by[HAZARDS["iwp"]]
+    assert set(iwp.heldout) == {"s1", "s2", "s3"} and iwp.worst_source
+    assert iwp.head is not None and iwp.cv_auroc == min(iwp.heldout.values()) > 0.8
+    # Defamation is measured where another source teaches it: nowhere but s3's own items.
+    assert all(np.isnan(v) for v in by[dfm].heldout.values())
+    # Violent crime's head holds near zero-shot's perfect reading, within the tolerance.
+    f = by[vcr]
+    assert f.zero_shot_heldout and f.zero_shot_heldout[f.worst_source] == 1.0
+    assert (f.head is None) == (f.cv_auroc < 1.0 - 0.03)
+    assert f.choice == ("zero-shot" if f.head is None else "head")
+
+
+def test_a_category_head_below_zero_shot_on_its_worst_source_is_not_kept(hazards):
+    from dataclasses import replace
+
+    from plguard.heads.fit import labels_for
+    from plguard.heads.joint import category_predicates, fit_joint_heads
+
+    items, feats = _synthetic()
+    labels = labels_for(hazards, items)
+    items = [replace(it, source=f"s{i % 3 + 1}") for i, it in enumerate(items)]
+    rng = np.random.default_rng(3)
+    for it in items:  # violent crime's states carry nothing: its head reads noise
+        if it.fields["type"] == "ailuminate_vcr":
+            feats[f"{it.uid}/prefix"] = Feature(rng.normal(0, 0.7, (1, 6)).astype(np.float32),
+                                                0.0, 0.0)
+    names = list(category_predicates(hazards))
+    vcr = HAZARDS["vcr"]
+    zs = {n: np.full(len(items), np.nan) for n in names}
+    zs[vcr] = np.array([10.0 if it.fields["type"] == "ailuminate_vcr" else -10.0
+                        for it in items])
+    fits, _ = fit_joint_heads(hazards, FakeExtractor(feats), items, labels, names,
+                              zero_shot=zs)
+    f = {f.name: f for f in fits}[vcr]
+    assert f.head is None and f.choice == "zero-shot" and "zero-shot kept" in f.why
+    assert f.cv_auroc < 0.97 and f.zero_shot_heldout[f.worst_source] == 1.0
