@@ -4,5 +4,6 @@ check: lint test
 lint:
 	ruff check plguard tests scripts
 	mypy
+	lint-imports --no-cache
 test:
 	python3 -m pytest --runslow -q

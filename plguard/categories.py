@@ -110,11 +110,6 @@ def categories_at(scores: Mapping[str, float], threshold: float) -> tuple[str, .
 def llama_guard_text(decision: Decision) -> str:
     """Llama Guard's output form: ``safe``, or ``unsafe`` and a line of codes (``S1,S10``).
 
-    A decision that refuses with no tagged category above threshold (an untagged rule, or
-    text addressed to the guard with ``grounding.screen = refuse``) is plain ``unsafe``:
-    tools that parse the form read the first line for the verdict. A rewrite (over-refusal)
-    is ``safe``: the answer is not hazardous, only unhelpful.
+    :attr:`plguard.types.Decision.llama_guard`, which says how each decision reads.
     """
-    if decision.categories:
-        return "unsafe\n" + ",".join(decision.categories)
-    return "unsafe" if decision.action == "refuse" else "safe"
+    return decision.llama_guard

@@ -14,6 +14,7 @@ from plguard.decide import Reading, ReadRules, decide_for
 from plguard.messages import check_response, request_text, to_chat
 from plguard.repair import repair_chat, repeats_instructions
 from plguard.types import (
+    Assessment,
     Chat,
     Decision,
     Generation,
@@ -21,6 +22,7 @@ from plguard.types import (
     Grounding,
     GuardResult,
     PolicyResult,
+    Repair,
     RepairRound,
 )
 
@@ -84,6 +86,12 @@ class Guard:
     :meth:`close` (or ``with Guard(...) as guard:``) frees what the Guard opened: the
     backends it loaded itself (each once), the grounding cache and remote connection pools.
     A backend passed in stays open: it belongs to the caller, who may share it.
+
+    The judging seam that streams and moderation build on: :meth:`assess` (ground, reason
+    and decide given answers), :meth:`decide`, :meth:`repair` (the repair loop on one
+    answer), and :attr:`grounder_lock`, a re-entrant lock held while the grounder works:
+    the grounder (its request memo, its cache) serves one thread at a time, so code that
+    calls ``grounder`` itself from several threads holds it too.
     """
 
     def __init__(
@@ -114,7 +122,7 @@ class Guard:
         self._closed = False
         # Streams ground from worker threads beside batch calls (the server's batcher); the
         # grounder (its request memo, its cache) serves one of them at a time.
-        self._stream_lock = threading.RLock()
+        self.grounder_lock = threading.RLock()
         self.grounder_backend = grounder
         self.grounder: Grounder = Grounder(grounder, self.policy.predicates, self.config.grounding,
                                            policy_name=self.policy.name)
@@ -201,27 +209,6 @@ class Guard:
 
         return astream(self._stream(messages, mode, params, source))
 
-    def _judge(self, request: str, answer: str, timings: dict[str, float]
-               ) -> tuple[Grounding, PolicyResult, Decision]:
-        """One answer grounded, reasoned and decided as :meth:`check` does (for streams).
-
-        Its phases' times are added to ``timings``.
-        """
-        clock = _Clock(1, self._usage)
-        gs, rs, ds = self._assess(clock, [0], [request], [answer])
-        _add_times(timings, clock.per_example[0])
-        return gs[0], rs[0], ds[0]
-
-    def _repaired(self, request: str, answer: str, decision: Decision, result: PolicyResult,
-                  params: GenerationParams, timings: dict[str, float]
-                  ) -> tuple[str, tuple[RepairRound, ...], bool]:
-        """The repair loop on one answer: final text, rounds, whether the fallback was used."""
-        clock = _Clock(1, self._usage)
-        track = self._repair_loop(_RepairJob(clock, params, [request]), [answer], [decision],
-                                  [result])[0]
-        _add_times(timings, clock.per_example[0])
-        return track.final, tuple(track.rounds), track.fallback
-
     def _stream(self, messages: Any, mode: StreamMode | None,
                 params: GenerationParams | None, source: DraftSource | None) -> GuardedStream:
         from plguard.errors import InputError
@@ -246,7 +233,7 @@ class Guard:
         """
         from plguard.moderation import moderate
 
-        with self._stream_lock:  # a stream may be grounding in another thread (_assess)
+        with self.grounder_lock:  # a stream may be grounding in another thread
             return moderate(self, inputs)
 
     def batch(
@@ -296,11 +283,36 @@ class Guard:
             ))
         return out
 
+    # The judging seam (streams, moderation) -------------------------------------------------
+    def assess(self, pairs: Sequence[tuple[str, str]]) -> list[Assessment]:
+        """Each ``(request text, answer)`` grounded, reasoned and decided as :meth:`check` does.
+
+        Nothing is generated or repaired. The phases' times are shared evenly by the pairs.
+        """
+        clock = _Clock(len(pairs), self._usage)
+        idx = list(range(len(pairs)))
+        gs, rs, ds = self._assess(clock, idx, [q for q, _ in pairs], [a for _, a in pairs])
+        return [Assessment(grounding=g, policy=r, decision=d, timings_s=clock.per_example[i])
+                for i, (g, r, d) in enumerate(zip(gs, rs, ds, strict=True))]
+
+    def repair(self, request: str, answer: str, decision: Decision, result: PolicyResult,
+               params: GenerationParams | None = None) -> Repair:
+        """The repair loop of :meth:`chat` on one ``answer``, judged ``decision`` on ``result``.
+
+        An allowed answer comes back as it is, with no rounds; ``params`` default to the
+        config's decoding settings.
+        """
+        clock = _Clock(1, self._usage)
+        track = self._repair_loop(_RepairJob(clock, params or self.params, [request]),
+                                  [answer], [decision], [result])[0]
+        return Repair(final=track.final, repairs=tuple(track.rounds),
+                      fallback_used=track.fallback, timings_s=clock.per_example[0])
+
     # Stages ---------------------------------------------------------------------------
     def _assess(
         self, clock: _Clock, idx: list[int], reqs: Sequence[str], answers: Sequence[str]
     ) -> tuple[list[Grounding], list[PolicyResult], list[Decision]]:
-        with self._stream_lock:
+        with self.grounder_lock:
             groundings = clock.run("ground", idx, lambda: self.grounder.ground(
                 [(reqs[k], answers[k]) for k in range(len(idx))]))
         results = clock.run("reason", idx, lambda: self.policy.evaluate_batch(
@@ -405,10 +417,6 @@ def effective_thresholds(config: GuardConfig, cal: Calibration | None) -> Thresh
     if cal is None or not th.from_calibration or not cal.thresholds:
         return th
     return th.model_copy(update=dict(cal.thresholds))
-
-def _add_times(into: dict[str, float], spent: dict[str, float]) -> None:
-    for k, v in spent.items():
-        into[k] = into.get(k, 0.0) + v
 
 
 def _summed(usages: list[Usage]) -> Usage:

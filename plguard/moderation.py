@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -34,8 +34,32 @@ from plguard.policy.core import UNSAFE, rule_kind
 from plguard.types import Decision, Grounding, PolicyResult, Scope
 
 if TYPE_CHECKING:
-    from plguard.guard import Guard
+    from plguard.grounding import Grounder
     from plguard.policy import Policy
+
+
+class ModerationGuard(Protocol):
+    """What moderation needs of its guard: part of :class:`plguard.Guard`'s judging seam.
+
+    A protocol, not the Guard itself, so this module does not import the Guard (which
+    imports it for ``Guard.moderate``): the layers stay one-way.
+    """
+
+    @property
+    def policy(self) -> Policy:
+        """The compiled policy the guard decides by."""
+        ...
+
+    @property
+    def grounder(self) -> Grounder:
+        """The grounder; ``Guard.moderate`` holds its lock around :func:`moderate`."""
+        ...
+
+    def decide(self, result: PolicyResult, grounding: Grounding, *,
+               answered: bool = True) -> Decision:
+        """The decision on one grounded item, as Guard.check makes it."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class Moderation:
@@ -91,7 +115,7 @@ def parse_inputs(inputs: Any) -> list[_Item]:
     return out
 
 
-def moderate(guard: Guard, inputs: Any) -> list[Moderation]:
+def moderate(guard: ModerationGuard, inputs: Any) -> list[Moderation]:
     """Judge each input (see the module docstring); nothing is generated or repaired."""
     items = parse_inputs(inputs)
     policy = guard.policy
@@ -176,7 +200,7 @@ def worst_case(policy: Policy, groundings: Sequence[Grounding]) -> list[PolicyRe
             for i in range(len(groundings))]
 
 
-def _decision(guard: Guard, result: PolicyResult, grounding: Grounding,
+def _decision(guard: ModerationGuard, result: PolicyResult, grounding: Grounding,
               scope: Scope) -> Decision:
     # An answer is judged exactly as Guard.check judges it; a request has no over-refusal.
     return guard.decide(result, grounding, answered=scope == "response")
@@ -188,5 +212,5 @@ def category_key(name: str) -> str:
     return "_".join(words)
 
 
-__all__ = ["MAX_FREE_PREDICATES", "Moderation", "category_key", "check_request_side", "moderate",
-           "parse_inputs", "worst_case"]
+__all__ = ["MAX_FREE_PREDICATES", "Moderation", "ModerationGuard", "category_key",
+           "check_request_side", "moderate", "parse_inputs", "worst_case"]

@@ -50,30 +50,35 @@ import functools
 import queue
 import threading
 import time
-from collections.abc import AsyncGenerator, Callable, Generator, Iterator
+from collections.abc import AsyncGenerator, Callable, Generator, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 import numpy as np
 
-from plguard.backends.base import can_stream
+from plguard.backends.base import Backend, can_stream
 from plguard.decide import Reading, ReadRules, decide_for
 from plguard.messages import request_text
 from plguard.policy.bounds import MAX_FREE_PREDICATES, bounds, free_predicates
 from plguard.types import (
+    Assessment,
     Chat,
     Decision,
     GenerationParams,
     Grounding,
     GuardResult,
     PolicyResult,
+    Repair,
     RepairRound,
 )
 
 if TYPE_CHECKING:
-    from plguard.guard import Guard
+    from plguard.config import GuardConfig, Thresholds
+    from plguard.grounding import Grounder
+    from plguard.policy import Policy
 
 T = TypeVar("T")
 StreamMode = Literal["buffered", "audit"]
@@ -110,6 +115,58 @@ class StreamEnd:
 StreamEvent = StreamChunk | StreamEnd
 
 
+class StreamGuard(Protocol):
+    """What a stream needs of its guard: :class:`plguard.Guard`'s judging seam.
+
+    A protocol, not the Guard itself, so this module does not import the Guard (which
+    imports it for ``Guard.stream``): the layers stay one-way.
+    """
+
+    @property
+    def config(self) -> GuardConfig:
+        """The guard's config (``stream``, ``repair.fallback_refusal``, ``grounding``)."""
+        ...
+
+    @property
+    def policy(self) -> Policy:
+        """The compiled policy the guard decides by."""
+        ...
+
+    @property
+    def thresholds(self) -> Thresholds:
+        """The thresholds in force (calibrated ones included)."""
+        ...
+
+    @property
+    def generator(self) -> Backend:
+        """The backend that drafts."""
+        ...
+
+    @property
+    def grounder_backend(self) -> Backend:
+        """The backend that grounds (its tokens size the windows)."""
+        ...
+
+    @property
+    def grounder(self) -> Grounder:
+        """The grounder (used under :attr:`grounder_lock`)."""
+        ...
+
+    @property
+    def grounder_lock(self) -> AbstractContextManager[object]:
+        """Held while the grounder works: it serves one thread at a time."""
+        ...
+
+    def assess(self, pairs: Sequence[tuple[str, str]]) -> list[Assessment]:
+        """Each (request, answer) grounded, reasoned and decided as Guard.check does."""
+        ...
+
+    def repair(self, request: str, answer: str, decision: Decision, result: PolicyResult,
+               params: GenerationParams | None = None) -> Repair:
+        """The repair loop on one answer that was not allowed."""
+        ...
+
+
 class _Failed(Exception):
     """A guard step failed or timed out: the stream fails closed."""
 
@@ -130,7 +187,7 @@ class GuardedStream:
     called from any thread (``Guard.astream`` does on ``aclose``).
     """
 
-    def __init__(self, guard: Guard, chat: Chat, params: GenerationParams,
+    def __init__(self, guard: StreamGuard, chat: Chat, params: GenerationParams,
                  mode: StreamMode | None = None, source: DraftSource | None = None) -> None:
         self.guard, self.chat, self.params = guard, chat, params
         self.cfg = guard.config.stream
@@ -188,7 +245,7 @@ class GuardedStream:
         return self._wait(name, fut, time.perf_counter())
 
     def _locked(self, fn: Callable[[], T]) -> T:
-        with self.guard._stream_lock:  # the grounder and its memo are not thread-safe
+        with self.guard.grounder_lock:  # the grounder and its memo are not thread-safe
             return fn()
 
     def _wait(self, name: str, fut: Future[T], t_start: float) -> T:
@@ -225,8 +282,9 @@ class GuardedStream:
 
     def _assess(self, answer: str) -> _Verdict:
         """``answer`` grounded, reasoned and decided exactly as Guard.check does."""
-        g, r, d = self.guard._judge(self.req, answer, self.timings)
-        return _Verdict(d, g, r)
+        a = self.guard.assess([(self.req, answer)])[0]
+        _add_times(self.timings, a.timings_s)
+        return _Verdict(a.decision, a.grounding, a.policy)
 
     # -- the stream --------------------------------------------------------------------------
 
@@ -406,8 +464,9 @@ class GuardedStream:
                         fallback=used_fallback)
 
     def _repair(self, v: _Verdict) -> tuple[str, tuple[RepairRound, ...], bool]:
-        return self.guard._repaired(self.req, self.text, v.decision, v.policy, self.params,
-                                    self.timings)
+        r = self.guard.repair(self.req, self.text, v.decision, v.policy, self.params)
+        _add_times(self.timings, r.timings_s)
+        return r.final, r.repairs, r.fallback_used
 
     def _fail_closed(self, why: str) -> Iterator[StreamEvent]:
         d = Decision("refuse", ("", 0.0), ("", 0.0),
@@ -440,6 +499,11 @@ class GuardedStream:
         return callable(count) and count(self.text) >= self.params.max_new_tokens
 
 
+def _add_times(into: dict[str, float], spent: Mapping[str, float]) -> None:
+    for k, v in spent.items():
+        into[k] = into.get(k, 0.0) + v
+
+
 def _last(xs: list[int], ok: Callable[[int], bool]) -> int | None:
     """The last of ``xs`` for which ``ok`` holds, where ``ok`` holds on a prefix of them."""
     lo, hi, best = 0, len(xs) - 1, None
@@ -452,7 +516,7 @@ def _last(xs: list[int], ok: Callable[[int], bool]) -> int | None:
     return best
 
 
-def best_case(guard: Guard, grounding: Grounding) -> dict[str, float]:
+def best_case(guard: StreamGuard, grounding: Grounding) -> dict[str, float]:
     """Each unsafe rule's lowest probability over every answer, from request-side scores.
 
     :func:`plguard.policy.bounds`' lowest value (an unscored request predicate counts as 0).
@@ -506,4 +570,4 @@ async def astream(stream: GuardedStream) -> AsyncGenerator[StreamEvent, None]:
 
 
 __all__ = ["DraftSource", "FinishReason", "GuardedStream", "StreamChunk", "StreamEnd",
-           "StreamEvent", "StreamMode", "astream", "best_case"]
+           "StreamEvent", "StreamGuard", "StreamMode", "astream", "best_case"]

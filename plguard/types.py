@@ -242,10 +242,17 @@ class Decision:
 
     @property
     def llama_guard(self) -> str:
-        """The verdict in Llama Guard's text form (``safe``, or ``unsafe`` + ``S1,S10``)."""
-        from plguard.categories import llama_guard_text
+        """The verdict in Llama Guard's text form: ``safe``, or ``unsafe`` and ``S1,S10``.
 
-        return llama_guard_text(self)
+        A decision that refuses with no tagged category above threshold (an untagged rule,
+        or text addressed to the guard with ``grounding.screen = refuse``) is plain
+        ``unsafe``: tools that parse the form read the first line for the verdict. A rewrite
+        (over-refusal) is ``safe``: the answer is not hazardous, only unhelpful.
+        """
+        # Here rather than in plguard.categories, which reads Decision: one direction only.
+        if self.categories:
+            return "unsafe\n" + ",".join(self.categories)
+        return "unsafe" if self.action == "refuse" else "safe"
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,6 +266,34 @@ class RepairRound:
     grounding: Grounding
     policy: PolicyResult
     decision: Decision
+
+
+@dataclass(frozen=True, slots=True)
+class Assessment:
+    """One answer grounded, reasoned and decided, as ``Guard.check`` judges it.
+
+    ``timings_s``: the seconds (and, from remote backends, the tokens) its ``ground``,
+    ``reason`` and ``decide`` phases took, shared evenly by the answers assessed together.
+    """
+
+    grounding: Grounding
+    policy: PolicyResult
+    decision: Decision
+    timings_s: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Repair:
+    """The repair loop's outcome on one answer that was not allowed.
+
+    ``final``: the last repair allowed, else the fixed refusal (``fallback_used``) or a
+    repair still judged over-refusing; ``timings_s`` holds the ``repair*`` phases.
+    """
+
+    final: str
+    repairs: tuple[RepairRound, ...]
+    fallback_used: bool
+    timings_s: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

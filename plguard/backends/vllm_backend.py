@@ -222,7 +222,9 @@ class VLLMBackend(TokenizerText):
     def __init__(self, llm: Any, tokenizer: Any, *, model_id: str, max_context: int,
                  eos_ids: Sequence[int] = (), lock: threading.Lock | None = None) -> None:
         self.llm = llm
-        self._lock = lock or threading.Lock()
+        # The engine's call lock, shared by every backend on the engine: held around each
+        # engine call; a stream (plguard.backends.vllm_stream) steps the engine under it.
+        self.call_lock = lock or threading.Lock()
         self.tokenizer = tokenizer
         self.model_id = model_id
         self.local_path: str | None = None  # the resolved model folder
@@ -321,7 +323,7 @@ class VLLMBackend(TokenizerText):
             detokenize=False, **extra)
         outs: dict[int, Any] = {}
         try:
-            with self._lock:
+            with self.call_lock:
                 if fit:
                     msgs = [[{"role": m.role, "content": m.content} for m in chats[i]]
                             for i in fit]
@@ -379,7 +381,7 @@ class VLLMBackend(TokenizerText):
         sp = SamplingParams(max_tokens=1, temperature=0.0, logprobs=len(ids),
                             logprob_token_ids=ids, detokenize=False)
         try:
-            with self._lock:
+            with self.call_lock:
                 outs = self.llm.generate(prompts, sp, use_tqdm=False)
         except Exception as exc:
             raise call_error(exc, "grounding", self.model_id) from exc

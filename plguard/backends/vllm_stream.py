@@ -17,14 +17,57 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Collection, Iterator
+from typing import Any, Protocol
 
 from plguard.backends._stream import Deltas
 from plguard.types import Chat, GenerationParams
 
-if TYPE_CHECKING:
-    from plguard.backends.vllm_backend import VLLMBackend
+
+class EngineBackend(Protocol):
+    """What a stream needs of :class:`~plguard.backends.vllm_backend.VLLMBackend`.
+
+    A protocol, not the class, so this module does not import the backend (which imports
+    it for ``stream_generate``): the import runs one way.
+    """
+
+    @property
+    def llm(self) -> Any:
+        """The ``vllm.LLM`` whose engine is stepped."""
+        ...
+
+    @property
+    def call_lock(self) -> threading.Lock:
+        """The engine's call lock, held for each engine step."""
+        ...
+
+    @property
+    def tokenizer(self) -> Any:
+        """The tokenizer that decodes the deltas."""
+        ...
+
+    @property
+    def model_id(self) -> str:
+        """The model's name, for errors."""
+        ...
+
+    @property
+    def max_context(self) -> int:
+        """The context window in tokens."""
+        ...
+
+    @property
+    def eos_ids(self) -> Collection[int]:
+        """The token ids that end a completion."""
+        ...
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` without added special tokens."""
+        ...
+
+    def format_chat(self, chat: Chat, add_generation_prompt: bool = True) -> str:
+        """Render a chat with the model's chat template, as text."""
+        ...
 
 
 class _Router:
@@ -74,7 +117,7 @@ def _router(engine: Any) -> _Router:
     return router
 
 
-def stream_generate(backend: VLLMBackend, chat: Chat, params: GenerationParams,
+def stream_generate(backend: EngineBackend, chat: Chat, params: GenerationParams,
                     cancel: threading.Event) -> Iterator[str]:
     """Text deltas of one completion, joined equal to ``backend.generate``'s text.
 
@@ -96,7 +139,7 @@ def stream_generate(backend: VLLMBackend, chat: Chat, params: GenerationParams,
         detokenize=False, output_kind=RequestOutputKind.DELTA)
     rid = f"plguard-stream-{uuid.uuid4().hex}"
     engine = backend.llm.llm_engine
-    lock = backend._lock
+    lock = backend.call_lock
     with lock:
         router = _router(engine)
         router.open(rid)
@@ -133,4 +176,4 @@ def stream_generate(backend: VLLMBackend, chat: Chat, params: GenerationParams,
             router.close(rid)
 
 
-__all__ = ["stream_generate"]
+__all__ = ["EngineBackend", "stream_generate"]
