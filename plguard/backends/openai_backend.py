@@ -35,24 +35,23 @@ cached Hugging Face id or ``embedded``), never its weights.
   which is split back into messages before sending.
 
 The mode (``model.logprobs_mode``) is probed once at start; a server that offers neither
-is refused with a clear error. Failures follow :mod:`plguard.backends._http`.
+is refused with a clear error. Failures follow :mod:`plguard.backends.openai_client`.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import secrets
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from plguard.backends._http import RemoteClient, RemoteStatusError, Reply, usage_of
 from plguard.backends._stream import Deltas
 from plguard.backends._text import TokenizerText
 from plguard.backends.logprobs import finite, logsumexp
+from plguard.backends.openai_client import OpenAIClient, RemoteStatusError, Reply, usage_of
 from plguard.backends.vllm_backend import sampled_request_ids
 from plguard.errors import BackendDeadError, BackendError, ConfigError, ModelError, did_you_mean
 from plguard.models import resolve_model_path
@@ -74,7 +73,7 @@ class Unsupported(BackendError):
 class OpenAIBackend(TokenizerText):
     """A model behind an OpenAI-compatible HTTP server."""
 
-    def __init__(self, client: RemoteClient, tokenizer: Any, *, served_model: str,
+    def __init__(self, client: OpenAIClient, tokenizer: Any, *, served_model: str,
                  path: str, max_context: int, via: str = "token_ids", top_logprobs: int = 20,
                  models: Any = None, tokenizer_check: str = "not checked",
                  logprobs_mode: str = "auto") -> None:
@@ -114,15 +113,7 @@ class OpenAIBackend(TokenizerText):
     @classmethod
     def from_config(cls, cfg: ModelConfig) -> OpenAIBackend:
         """Connect to ``cfg.base_url``, check the model and tokenizer, probe the mode."""
-        if not cfg.base_url:
-            raise ConfigError("backend openai needs model.base_url, the server's URL ending "
-                              "in /v1 (e.g. http://127.0.0.1:8000/v1)")
-        key = os.environ.get(cfg.api_key_env, "") if cfg.api_key_env else ""
-        if cfg.api_key_env and not key:
-            raise ConfigError(f"model.api_key_env names {cfg.api_key_env}, which is not set")
-        client = RemoteClient(cfg.base_url, api_key=key, connect_timeout_s=cfg.connect_timeout_s,
-                              request_timeout_s=cfg.request_timeout_s,
-                              max_retries=cfg.max_retries, max_concurrency=cfg.max_concurrency)
+        client = OpenAIClient.from_config(cfg)
         try:
             return cls._connect(client, cfg)
         except BaseException:
@@ -130,7 +121,7 @@ class OpenAIBackend(TokenizerText):
             raise
 
     @classmethod
-    def _connect(cls, client: RemoteClient, cfg: ModelConfig) -> OpenAIBackend:
+    def _connect(cls, client: OpenAIClient, cfg: ModelConfig) -> OpenAIBackend:
         try:
             listed = client.get("/models").body
         except RemoteStatusError as exc:
@@ -486,7 +477,7 @@ def _choose_model(wanted: str | None, entries: list[dict[str, Any]], url: str) -
                       f"({', '.join(ids) or 'none listed'}); name one in model.served_model")
 
 
-def _context_of(client: RemoteClient, entry: dict[str, Any], tok: Any) -> int:
+def _context_of(client: OpenAIClient, entry: dict[str, Any], tok: Any) -> int:
     if isinstance(entry.get("max_model_len"), int):  # vLLM
         return int(entry["max_model_len"])
     try:  # llama.cpp's server: the context it was started with
