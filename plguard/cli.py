@@ -156,6 +156,8 @@ def _print_fields(model: type[Any], values: dict[str, Any], prefix: str) -> None
     from pydantic import BaseModel
 
     for name, field in model.model_fields.items():
+        if field.exclude:  # deprecated keys kept for old configs (server.upstream_url)
+            continue
         ann = field.annotation
         subs = [a for a in getattr(ann, "__args__", (ann,))
                 if isinstance(a, type) and issubclass(a, BaseModel)]

@@ -265,6 +265,12 @@ class StreamConfig(_Strict):
         return self
 
 
+# The ServerConfig keys that server.upstream (a ModelConfig) replaced, and its fields.
+UPSTREAM_OLD_KEYS = {"upstream_url": "base_url", "upstream_model": "served_model",
+                     "upstream_api_key_env": "api_key_env",
+                     "upstream_timeout_s": "request_timeout_s"}
+
+
 class ServerConfig(_Strict):
     """The OpenAI-compatible server (``plguard serve``)."""
 
@@ -283,20 +289,60 @@ class ServerConfig(_Strict):
                                 "guard.batch call; 1 turns dynamic batching off.")
     max_wait_ms: float = Field(10.0, ge=0, description="How long the first request of a "
                                "batch waits for others to join it.")
-    upstream_url: str | None = Field(None, description="Base URL (ending in /v1) of an "
-                                     "OpenAI-compatible server that drafts answers; grounding "
-                                     "and repair stay local unless upstream_grounding is set. "
-                                     "Unset: the Guard's generator drafts.")
-    upstream_model: str | None = Field(None, description="Model name sent upstream; default: "
-                                       "the name the client asked for (with "
-                                       "upstream_grounding: the one model the upstream serves).")
-    upstream_api_key_env: str | None = Field(None, description="Environment variable with "
-                                             "the upstream server's API key, if it needs one.")
-    upstream_timeout_s: float = Field(120.0, gt=0, description="Timeout of one upstream call.")
+    upstream: ModelConfig | None = Field(
+        None, description="The OpenAI-compatible server that drafts answers (backend "
+        "openai: base_url ending in /v1, served_model, api_key_env, timeouts, retries, "
+        "concurrency); grounding and repair stay local unless upstream_grounding is set. "
+        "served_model default: the name the client asked for (with upstream_grounding: the "
+        "one model the upstream serves). Unset: the Guard's generator drafts.")
+    # The four keys server.upstream replaced: still read (config files, --set, old
+    # manifests), mapped into it, and left holding its values for code that reads them.
+    # Not dumped, so a dumped config names the upstream once.
+    upstream_url: str | None = Field(None, exclude=True, description="Deprecated: "
+                                     "server.upstream.base_url.")
+    upstream_model: str | None = Field(None, exclude=True, description="Deprecated: "
+                                       "server.upstream.served_model.")
+    upstream_api_key_env: str | None = Field(None, exclude=True, description="Deprecated: "
+                                             "server.upstream.api_key_env.")
+    upstream_timeout_s: float | None = Field(None, gt=0, exclude=True, description="Deprecated: "
+                                             "server.upstream.request_timeout_s.")
     upstream_grounding: bool = Field(False, description="Ground and repair through the "
-                                     "upstream server too (backend openai at upstream_url): "
-                                     "plguard then loads no model; generator.path names the "
-                                     "upstream model's tokenizer and chat template.")
+                                     "upstream server too (the generator becomes an openai "
+                                     "backend on server.upstream): plguard then loads no "
+                                     "model; generator.path names the upstream model's "
+                                     "tokenizer and chat template.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _map_old_upstream_keys(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        given = {new: data.pop(old) for old, new in UPSTREAM_OLD_KEYS.items() if old in data}
+        given = {k: v for k, v in given.items() if v is not None}
+        up = data.get("upstream")
+        if isinstance(up, ModelConfig):
+            up = up.model_dump()
+        # Without a URL the old keys configured nothing (an upstream_model alone was
+        # unused), so they create no upstream; given, they win over server.upstream's
+        # fields (a --set of the old key over a config file that names the upstream).
+        if isinstance(up, dict) or "base_url" in given:
+            # The upstream is a server: backend openai unless the file says otherwise.
+            data["upstream"] = {"backend": "openai", **(up or {}), **given}
+        return data
+
+    @model_validator(mode="after")
+    def _upstream_is_a_server(self) -> ServerConfig:
+        up = self.upstream
+        if up is not None and (up.backend != "openai" or not up.base_url):
+            raise ValueError("server.upstream is an OpenAI-compatible server: backend openai "
+                             f"and a base_url ending in /v1 (got backend {up.backend!r}, "
+                             f"base_url {up.base_url!r})")
+        # The old keys read as the upstream's values; the model is frozen, so they are set
+        # past pydantic's guard, once, here.
+        for old, new in UPSTREAM_OLD_KEYS.items():
+            object.__setattr__(self, old, getattr(up, new) if up is not None else None)
+        return self
 
 
 class GuardConfig(_Strict):
@@ -399,7 +445,9 @@ def _deep_copy(d: dict[str, Any]) -> dict[str, Any]:
 def _set_dotted(data: dict[str, Any], keys: list[str], value: Any) -> None:
     node = data
     for k in keys[:-1]:
-        node = node.setdefault(k, {})
+        if not isinstance(node.get(k), dict):  # absent or null (server.upstream unset)
+            node[k] = {}
+        node = node[k]
     node[keys[-1]] = value
 
 

@@ -156,7 +156,7 @@ def build_app(guard: Guard, settings: ServerConfig | None = None) -> FastAPI:
     settings = settings or guard.config.server
     batcher = DynamicBatcher(guard, max_batch_size=settings.max_batch_size,
                              max_wait_ms=settings.max_wait_ms)
-    upstream = UpstreamClient(settings) if settings.upstream_url else None
+    upstream = UpstreamClient(settings.upstream) if settings.upstream else None
     if upstream is not None and upstream.model is None and settings.upstream_grounding:
         # The Guard's openai backend already found which model the upstream serves.
         upstream.model = getattr(guard.generator, "served_model", None)

@@ -33,8 +33,12 @@ def add_serve_commands(subparsers: Any) -> None:
     add_config_options(p)
     p.add_argument("--host", help=_help("host"))
     p.add_argument("--port", type=int, help=_help("port"))
-    p.add_argument("--upstream", metavar="URL", help=_help("upstream_url"))
-    p.add_argument("--upstream-model", metavar="NAME", help=_help("upstream_model"))
+    p.add_argument("--upstream", metavar="URL",
+                   help="server.upstream.base_url: " + _help("upstream"))
+    p.add_argument("--upstream-model", metavar="NAME",
+                   help="server.upstream.served_model: the model name sent upstream; "
+                   "default: the name the client asked for (with --upstream-grounding: the "
+                   "one model the upstream serves).")
     p.add_argument("--upstream-grounding", action="store_true", default=None,
                    help=_help("upstream_grounding"))
     p.add_argument("--model-name", metavar="NAME", help=_help("model_name"))
@@ -56,7 +60,8 @@ def serve_config(args: argparse.Namespace) -> GuardConfig:
     cfg = config_from_args(args)
     overrides = {
         "server.host": args.host, "server.port": args.port,
-        "server.upstream_url": args.upstream, "server.upstream_model": args.upstream_model,
+        "server.upstream.base_url": args.upstream,
+        "server.upstream.served_model": args.upstream_model,
         "server.model_name": args.model_name, "server.api_key_env": args.api_key_env,
         "server.max_batch_size": 1 if args.no_batching else args.max_batch_size,
         "server.max_wait_ms": args.max_wait_ms,
@@ -94,7 +99,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
               file=sys.stderr)
     guard = Guard(cfg)
     app = build_app(guard, s)
-    drafts = f"upstream {s.upstream_url}" if s.upstream_url else "the local generator"
+    drafts = f"upstream {s.upstream.base_url}" if s.upstream else "the local generator"
     grounds = "upstream" if s.upstream_grounding else guard.grounder_backend.model_id
     print(f"plguard: serving model '{s.model_name}' at http://{s.host}:{s.port}/v1 "
           f"(policy {guard.policy.id}, drafts from {drafts}, grounding on {grounds}, "

@@ -1,50 +1,60 @@
 """Upstream generator mode: another OpenAI-compatible server drafts, plguard guards.
 
-The draft comes from ``{upstream_url}/chat/completions`` (vLLM, llama.cpp, Ollama or
-anything that speaks the API); the decision stays here, through
-``guard.batch(requests, responses=drafts)``. Grounding and repair run on the Guard's own
-models, or, with ``server.upstream_grounding``, on the upstream too (an ``openai``
-backend, :func:`upstream_guard_config`), so plguard loads no model at all. Upstream
-drafts are not batched here: each request is forwarded as it comes, since the upstream
-server batches its own traffic. A streamed request (``stream: true``) streams from the
-upstream too (:meth:`UpstreamClient.open_stream`): the guard checks the upstream's draft
-window by window as it arrives, and hangs up on the upstream when it blocks.
+The draft comes from ``server.upstream`` (a :class:`~plguard.config.ModelConfig` with
+backend openai: vLLM, llama.cpp, Ollama or anything that speaks the API), through the one
+client for such servers (:mod:`plguard.backends.openai_client`: its retries, timeouts and
+concurrency bound); the decision stays here, through ``guard.batch(requests,
+responses=drafts)``. Grounding and repair run on the Guard's own models, or, with
+``server.upstream_grounding``, on the upstream too (an ``openai`` backend,
+:func:`upstream_guard_config`), so plguard loads no model at all. Upstream drafts are not
+batched here: each request is forwarded as it comes, since the upstream server batches
+its own traffic. A streamed request (``stream: true``) streams from the upstream too
+(:meth:`UpstreamClient.open_stream`): the guard checks the upstream's draft window by
+window as it arrives, and hangs up on the upstream when it blocks.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
-from plguard.config import GuardConfig, ServerConfig
-from plguard.errors import ConfigError
+from plguard.backends.openai_client import AsyncOpenAIClient, EventStream, OpenAIClient
+from plguard.config import GuardConfig, ModelConfig
+from plguard.errors import BackendError, ConfigError
 from plguard.messages import replace_lone_surrogates
+
+# How the upstream's server settings reach the generator under upstream grounding: these
+# always (they name the server and were the old upstream_* keys) ...
+_SERVER_FIELDS = ("base_url", "served_model", "api_key_env", "request_timeout_s")
+# ... these where server.upstream sets them (differ from the default), else the
+# generator's own, as before the upstream was a ModelConfig.
+_TUNING_FIELDS = ("connect_timeout_s", "max_concurrency", "max_retries", "logprobs_mode",
+                  "top_logprobs")
 
 
 def upstream_guard_config(cfg: GuardConfig) -> GuardConfig:
     """``cfg`` with every model role on the upstream server when upstream grounding is on.
 
-    The generator (which repairs) becomes an ``openai`` backend on ``server.upstream_url``
+    The generator (which repairs) becomes an ``openai`` backend on ``server.upstream``
     and grounds too; ``generator.path`` keeps naming the tokenizer and chat template.
     """
     s = cfg.server
     if not s.upstream_grounding:
         return cfg
-    if not s.upstream_url:
+    if s.upstream is None:
         raise ConfigError("server.upstream_grounding needs server.upstream_url "
-                          "(plguard serve --upstream URL --upstream-grounding)")
+                          "(server.upstream.base_url; plguard serve --upstream URL "
+                          "--upstream-grounding)")
+    up = s.upstream
+    fields = ModelConfig.model_fields
     data = cfg.model_dump()
-    data["generator"].update(backend="openai", base_url=s.upstream_url,
-                             served_model=s.upstream_model,
-                             api_key_env=s.upstream_api_key_env,
-                             request_timeout_s=s.upstream_timeout_s)
+    data["generator"].update(backend="openai", **{k: getattr(up, k) for k in _SERVER_FIELDS})
+    data["generator"].update({k: getattr(up, k) for k in _TUNING_FIELDS
+                              if getattr(up, k) != fields[k].default})
     data["grounder"] = None
     return GuardConfig.from_dict(data, source="server.upstream_grounding")
 
@@ -70,30 +80,20 @@ class UpstreamDraft:
 class UpstreamClient:
     """Asks the upstream server for a draft answer."""
 
-    def __init__(self, settings: ServerConfig) -> None:
-        if not settings.upstream_url:
-            raise ValueError("UpstreamClient needs server.upstream_url")
-        self.base_url = settings.upstream_url.rstrip("/")
-        self.model = settings.upstream_model
-        self.timeout_s = settings.upstream_timeout_s
-        key = os.environ.get(settings.upstream_api_key_env or "", "")
-        self._headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self._client: httpx.AsyncClient | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-
-    def _http(self) -> httpx.AsyncClient:
-        # A connection pool belongs to the event loop that opened it; tests may bring
-        # a new loop per test, so a new loop gets a new pool.
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._loop is not loop:
-            self._client = httpx.AsyncClient(base_url=self.base_url, headers=self._headers,
-                                             timeout=self.timeout_s)
-            self._loop = loop
-        return self._client
+    def __init__(self, cfg: ModelConfig) -> None:
+        if not cfg.base_url:
+            raise ValueError("UpstreamClient needs server.upstream.base_url")
+        self.base_url = cfg.base_url.rstrip("/")
+        self.model = cfg.served_model
+        # An unset api_key_env sends no key, as before the upstream was a ModelConfig.
+        kw: dict[str, Any] = {"setting": "server.upstream", "key_required": False}
+        self._async = AsyncOpenAIClient.from_config(cfg, **kw)
+        # Streams are read in the guard's draft thread, blocking, with their own pool.
+        self._sync = OpenAIClient.from_config(cfg, **kw)
 
     async def draft(self, model: str, messages: list[dict[str, str]], max_tokens: int,
                     temperature: float) -> UpstreamDraft:
-        """The upstream's answer.
+        """The upstream's answer (429, 5xx and broken connections retried).
 
         Raises:
             UpstreamError: unreachable, a non-2xx status, a body without an answer, or an
@@ -106,24 +106,19 @@ class UpstreamClient:
             "temperature": temperature, "stream": False,
         }
         try:
-            r = await self._http().post("/chat/completions", json=body)
-        except httpx.HTTPError as exc:
-            raise UpstreamError(f"upstream {self.base_url} unreachable: "
-                                f"{type(exc).__name__}: {exc}") from exc
-        if r.status_code >= 400:
-            raise UpstreamError(f"upstream {self.base_url} answered {r.status_code}: "
-                                f"{r.text[:300]}")
-        return self._answer(r)
+            reply = await self._async.post("/chat/completions", body)
+        except BackendError as exc:
+            raise UpstreamError(f"upstream {self.base_url}: {exc}") from exc
+        return self._answer(reply.body)
 
-    def _answer(self, r: httpx.Response) -> UpstreamDraft:
+    def _answer(self, data: Any) -> UpstreamDraft:
         try:
-            data = r.json()
             choice = data["choices"][0]
             message = choice["message"]
             content = message["content"]
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
+        except (KeyError, IndexError, TypeError) as exc:
             raise UpstreamError(f"upstream {self.base_url} gave no answer in "
-                                f"choices[0].message.content: {r.text[:300]}") from exc
+                                f"choices[0].message.content: {_show(data)}") from exc
         if not isinstance(content, str):
             parts = [k for k in ("tool_calls", "function_call", "reasoning_content",
                                  "reasoning") if message.get(k)]
@@ -148,84 +143,61 @@ class UpstreamClient:
         """Start the upstream's streamed draft; return the source that reads its deltas.
 
         The connection is opened and its status read here, so an unreachable or failing
-        upstream is an :class:`UpstreamError` before anything is sent to the client. The
-        source runs in the guard's draft thread (a blocking client of its own); it closes
-        the connection when it stops, which makes the upstream stop generating.
+        upstream is an :class:`UpstreamError` before anything is sent to the client (not
+        retried, like every stream). The source runs in the guard's draft thread; it
+        closes the connection when it stops, which makes the upstream stop generating.
         """
         body = {"model": self.model or model, "messages": messages, "max_tokens": max_tokens,
-                "temperature": temperature, "stream": True}
-        client = httpx.Client(base_url=self.base_url, headers=self._headers,
-                              timeout=self.timeout_s)
+                "temperature": temperature}
 
-        def connect() -> httpx.Response:
+        def connect() -> EventStream:
             try:
-                r = client.send(client.build_request("POST", "/chat/completions", json=body),
-                                stream=True)
-            except httpx.HTTPError as exc:
-                client.close()
-                raise UpstreamError(f"upstream {self.base_url} unreachable: "
-                                    f"{type(exc).__name__}: {exc}") from exc
-            if r.status_code >= 400:
-                text = r.read().decode("utf-8", "replace")
-                r.close()
-                client.close()
-                raise UpstreamError(f"upstream {self.base_url} answered {r.status_code}: "
-                                    f"{text[:300]}")
-            return r
+                return self._sync.open_stream("/chat/completions", body)
+            except BackendError as exc:
+                raise UpstreamError(f"upstream {self.base_url}: {exc}") from exc
 
-        r = await asyncio.to_thread(connect)
-        if not r.headers.get("content-type", "").startswith("text/event-stream"):
+        es = await asyncio.to_thread(connect)
+        if not es.is_sse:
             # A server that ignores stream: true answers whole; its answer is the draft.
             try:
-                r.read()
-                whole = self._answer(r).text
+                whole = self._answer(es.json().body).text
+            except BackendError as exc:
+                raise UpstreamError(f"upstream {self.base_url}: {exc}") from exc
             finally:
-                r.close()
-                client.close()
+                es.close()
             return lambda cancel: iter([whole] if whole else [])
 
         def source(cancel: threading.Event) -> Iterator[str]:
             try:
-                yield from iter_upstream_deltas(r.iter_lines(), cancel, self.base_url)
-            except httpx.HTTPError as exc:
-                raise UpstreamError(f"upstream {self.base_url} broke off its stream: "
-                                    f"{type(exc).__name__}: {exc}") from exc
+                yield from iter_upstream_deltas(es.events(cancel), self.base_url)
+            except BackendError as exc:
+                raise UpstreamError(f"upstream {self.base_url} broke off its stream: {exc}"
+                                    ) from exc
             finally:
-                r.close()
-                client.close()
+                es.close()
 
         return source
 
     async def aclose(self) -> None:
-        """Close the connection pool."""
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        """Close the connection pools."""
+        await self._async.aclose()
+        await asyncio.to_thread(self._sync.close)
 
 
-def iter_upstream_deltas(lines: Iterator[str], cancel: threading.Event, base_url: str
-                         ) -> Iterator[str]:
-    """The text deltas of an upstream chat completion stream (its SSE lines).
+def iter_upstream_deltas(events: Iterable[Any], base_url: str) -> Iterator[str]:
+    """The text deltas of an upstream chat completion stream (its events' JSON).
 
-    Tool calls, function calls or an event that is not JSON end the draft with an error:
-    the guard judges text, and passing anything else through unjudged would let it past
-    the policy (the stream then fails closed).
+    Tool calls, function calls or an event that is not a chunk end the draft with an
+    error: the guard judges text, and passing anything else through unjudged would let it
+    past the policy (the stream then fails closed).
     """
-    for line in lines:
-        if cancel.is_set():
-            return
-        if not line.startswith("data:"):
-            continue
-        data = line[5:].strip()
-        if data == "[DONE]":
-            return
+    for event in events:
         try:
-            event = json.loads(data)
             choices = event.get("choices") or []
             delta = choices[0].get("delta") or {} if choices else {}
-        except (ValueError, AttributeError, IndexError, TypeError):
+        except (AttributeError, IndexError, TypeError):
             raise UpstreamError(f"upstream {base_url} streamed an event that is not a chat "
-                                f"completion chunk: {data[:300]!r}") from None
+                                f"completion chunk: {_show(event)}") from None
         other = [k for k in ("tool_calls", "function_call") if delta.get(k)]
         if other:
             raise UpstreamError(f"upstream {base_url} streamed {', '.join(other)}; plguard "
@@ -234,6 +206,10 @@ def iter_upstream_deltas(lines: Iterator[str], cancel: threading.Event, base_url
         piece = delta.get("content")
         if isinstance(piece, str) and piece:
             yield replace_lone_surrogates(piece)
+
+
+def _show(data: Any) -> str:
+    return json.dumps(data)[:300]
 
 
 def _count(v: Any) -> int | None:
