@@ -274,13 +274,15 @@ class OpenAIClient(_Base):
 
     def __init__(self, base_url: str, *, api_key: str = "", connect_timeout_s: float,
                  request_timeout_s: float, max_retries: int, max_concurrency: int,
-                 backoff_s: float = _BACKOFF_S, setting: str = "model") -> None:
+                 backoff_s: float = _BACKOFF_S, setting: str = "model",
+                 transport: httpx.BaseTransport | None = None) -> None:
         super().__init__(base_url, api_key=api_key, connect_timeout_s=connect_timeout_s,
                          request_timeout_s=request_timeout_s, max_retries=max_retries,
                          max_concurrency=max_concurrency, backoff_s=backoff_s,
                          setting=setting)
+        # transport: an in-process server or a test's httpx.MockTransport.
         self._http = httpx.Client(headers=self._headers, timeout=self._timeout,
-                                  limits=self._limits)
+                                  limits=self._limits, transport=transport)
         self._pool = ThreadPoolExecutor(max_workers=max_concurrency,
                                         thread_name_prefix="plguard-remote")
 
@@ -401,11 +403,13 @@ class AsyncOpenAIClient(_Base):
 
     def __init__(self, base_url: str, *, api_key: str = "", connect_timeout_s: float,
                  request_timeout_s: float, max_retries: int, max_concurrency: int,
-                 backoff_s: float = _BACKOFF_S, setting: str = "model") -> None:
+                 backoff_s: float = _BACKOFF_S, setting: str = "model",
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
         super().__init__(base_url, api_key=api_key, connect_timeout_s=connect_timeout_s,
                          request_timeout_s=request_timeout_s, max_retries=max_retries,
                          max_concurrency=max_concurrency, backoff_s=backoff_s,
                          setting=setting)
+        self._transport = transport
         self._client: httpx.AsyncClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -421,7 +425,7 @@ class AsyncOpenAIClient(_Base):
         loop = asyncio.get_running_loop()
         if self._client is None or self._loop is not loop:
             self._client = httpx.AsyncClient(headers=self._headers, timeout=self._timeout,
-                                             limits=self._limits)
+                                             limits=self._limits, transport=self._transport)
             self._loop = loop
         return self._client
 
