@@ -51,6 +51,14 @@ from plguard.types import PredicateSpec
 MIN_CLASS = 8
 FOLDS = 5
 COST_MARGIN = 0.01  # held-out AUROC a question-asking readout must gain over a one-forward one
+# A predicate an unsafe_content_* rule reads judges an answer alone, often one window of a
+# long answer whose harmful passage sits among benign text. A state that summarises the text
+# without asking (``pool``: the mean over its tokens; ``prefix``: its last token) carries a
+# passage diluted by, or long past, its surroundings; the question's answer position attends
+# to the whole text for what is asked. Measured on tests/test_content_leak.py's answer with
+# the embedded model: a pool@30 head chosen by held-out source read the harmful window at
+# 0.15 and the benign ones at 0.12-0.13; the question@30 head 0.97 vs 0.22-0.28.
+CONTENT_READOUTS = ("question",)
 
 
 @dataclass
@@ -165,6 +173,7 @@ def fit_policy_heads(policy: Any, extractor: Extractor, items: Sequence[CorpusIt
         from plguard.labels.gold import load_gold
 
         pairwise = set(load_gold(policy).pairwise)
+    content = content_predicates(policy)
     out = []
     for spec in policy.predicates:
         if spec.name in skip:
@@ -175,9 +184,33 @@ def fit_policy_heads(policy: Any, extractor: Extractor, items: Sequence[CorpusIt
             out.append(PredicateFit(spec.name, spec.scope, 0, 0, math.nan,
                                     skipped=f"{spec.scope} scope not fitted: zero-shot kept"))
             continue
-        out.append(_fit_one(spec, extractor, items, labels[spec.name], readouts, lodo,
-                            cost_margin, (zero_shot or {}).get(spec.name),
-                            spec.name in pairwise))
+        mine, note = list(readouts), ""
+        if spec.name in content:
+            allowed = [r for r in readouts if r in CONTENT_READOUTS]
+            if allowed and extractor.asks(spec.scope):
+                mine = allowed
+                note = (f"read by {', '.join(content[spec.name])} (the answer alone): "
+                        f"{', '.join(allowed)} readout only")
+            else:
+                note = (f"read by {', '.join(content[spec.name])}, but no "
+                        f"{'/'.join(CONTENT_READOUTS)} readout is extracted: a summary state "
+                        "may miss a passage inside a long answer")
+        fit = _fit_one(spec, extractor, items, labels[spec.name], mine, lodo,
+                       cost_margin, (zero_shot or {}).get(spec.name), spec.name in pairwise)
+        if note:
+            fit.why = f"{fit.why}; {note}" if fit.why else note
+            if fit.head is not None:
+                fit.head["info"]["why"] = fit.why
+        out.append(fit)
+    return out
+
+
+def content_predicates(policy: Any) -> dict[str, list[str]]:
+    """Predicate -> the ``unsafe_content_*`` rules that depend on it (see CONTENT_READOUTS)."""
+    out: dict[str, list[str]] = {}
+    for rule in policy.content_rules:
+        for name in sorted(policy.compiled.support(rule)):
+            out.setdefault(name, []).append(rule)
     return out
 
 

@@ -179,6 +179,47 @@ def test_a_scope_whose_questions_were_not_forwarded_never_chooses_the_question()
         == "question"
 
 
+def test_a_predicate_read_by_a_content_rule_asks_its_question():
+    """minimal's unsafe_content_actionable_harm reads response_provides_harmful_instructions
+    on an answer alone (a stream window of a long answer): the fit never gives it a summary
+    state, however well that state separates the corpus; response_refuses, read by no
+    content rule, takes the one-forward pool state that separates better."""
+    from plguard.heads.corpus import CorpusItem
+    from plguard.heads.features import Feature
+    from plguard.heads.fit import content_predicates, fit_policy_heads
+    from plguard.policy import load_policy
+
+    policy = load_policy("minimal")
+    assert content_predicates(policy) == {
+        "response_provides_harmful_instructions": ["unsafe_content_actionable_harm"]}
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 160).astype(float)
+    items = [CorpusItem(f"s{i % 2}/{i}", f"s{i % 2}", str(i), f"r{i}", f"a{i}", {})
+             for i in range(len(y))]
+    feats = {}
+    for it, label in zip(items, y, strict=True):
+        for key, signal in (("prefix", 0.0), ("q", 1.0), ("pool", 3.0)):
+            feats[f"{it.uid}/{key}"] = Feature(
+                (rng.normal(0, 1, (1, 4)) + signal * label).astype(np.float32), 0.0, 0.0)
+    ex = _Extractor(feats)
+    ex.with_pool = True
+    labels = {s.name: y for s in policy.predicates}
+    fits = {f.name: f for f in fit_policy_heads(
+        policy, ex, items, readouts=("prefix", "pool", "question"), lodo=False,
+        scopes=("response",), labels=labels, pairwise={"none"})}
+    harm, refuses = fits["response_provides_harmful_instructions"], fits["response_refuses"]
+    assert refuses.readout == "pool" and refuses.head is not None
+    assert harm.readout == "question" and set(harm.candidates) == {"question@1"}
+    assert "unsafe_content_actionable_harm" in harm.why and "question readout only" in harm.why
+    assert harm.head is not None and harm.head["info"]["why"] == harm.why
+    ex.with_questions = False  # no question states: every readout stays, the trace says why
+    fits = {f.name: f for f in fit_policy_heads(
+        policy, ex, items, readouts=("prefix", "pool"), lodo=False,
+        scopes=("response",), labels=labels, pairwise={"none"})}
+    harm = fits["response_provides_harmful_instructions"]
+    assert harm.readout == "pool" and "no question readout is extracted" in harm.why
+
+
 def test_plguard_s14_labels_code_interpreter_abuse_only():
     from plguard.heads.fit import labels_for
     from plguard.policy import load_policy
