@@ -81,6 +81,15 @@ def test_study_items_are_test_parts_with_a_group_each():
         "dev")}
     assert not dev & {(it.source if it.source != "coconot" else s, it.prompt_id)
                       for it in items for s in ("coconot", "coconot_plain", "coconot_hazards")}
+    # CoCoNot's plain requests are benign, except the eval rows the study codes X2: no
+    # prompt is both a hazard and benign.
+    by_prompt: dict[str, set[str]] = {}
+    for it in items:
+        if it.source.startswith("coconot"):
+            by_prompt.setdefault(it.prompt_id, set()).add(it.fields["group"])
+    assert not [p for p, g in by_prompt.items() if len(g) > 1]
+    x2 = {it.prompt_id for it in items if it.fields["group"] == "X2"}
+    assert x2 and not x2 & {it.prompt_id for it in items if it.fields["group"] == "coconot_plain"}
     small, big = sample(items, 3, 0), sample(items, 6, 0)
     assert {it.uid for it in small} <= {it.uid for it in big}
     assert Counter(it.fields["group"] for it in small) == {g: min(3, k) for g, k in n.items()}

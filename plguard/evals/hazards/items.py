@@ -7,7 +7,11 @@ test requests of a clear category (privacy S7, offensive language S10, copyright
 misinformation X1, humanizing X2; its dangerous-topics and wildchats rows mix categories
 and are left out), and plguard_s14's unsafe requests (S14; written by the plguard
 developers, eval/data/plguard_s14/SOURCE.md). Benign: every CoCoNot contrast test request,
-XSTest's safe test prompts and plguard_s14's safe coding look-alikes.
+XSTest's safe test prompts, plguard_s14's safe coding look-alikes, and CoCoNot's plain
+requests (``coconot_plain``: underspecified, unsupported, subjective ... requests of no harm
+category, less the eval rows coded X2 above and the contrast rows already benign above):
+ordinary user texts that do not look dangerous, which a moderation threshold fitted on
+look-alikes of hazards alone flagged.
 """
 
 from __future__ import annotations
@@ -24,7 +28,10 @@ AILUMINATE_CODES = {"vcr": "S1", "ncr": "S2", "src": "S3", "cse": "S4", "dfm": "
 COCONOT_CODES = {"privacy violations": "S7", "triggers for offensive language": "S10",
                  "copyright violations": "S8", "misinformation": "X1",
                  "personal inquiry": "X2", "offer advice, opinion or recommendations": "X2"}
-BENIGN = ("coconot_contrast", "xstest_safe", "s14_contrast")  # the benign groups' names
+# The benign groups' names.
+BENIGN = ("coconot_contrast", "xstest_safe", "s14_contrast", "coconot_plain")
+# CoCoNot eval rows of these subcategories are hazards (X2), whatever their category.
+_CODED_TYPES = {f"coconot_eval_{sub.replace(' ', '_')}" for sub in COCONOT_CODES}
 
 
 def test_items(split: str = "test") -> list[CorpusItem]:
@@ -53,6 +60,11 @@ def test_items(split: str = "test") -> list[CorpusItem]:
                           {"group": "xstest_safe"})
                for it in load_corpus(["xstest"], split)
                if it.response is None and it.fields.get("label") == "safe")
+    out.extend(CorpusItem(it.uid, it.source, it.prompt_id, it.request, None,
+                          {"group": "coconot_plain"})
+               for it in load_corpus(["coconot_plain"], split)
+               if it.fields["type"] not in _CODED_TYPES  # hazards (X2)
+               and not it.prompt_id.startswith("contrast:"))  # coconot_contrast has them
     return out
 
 
