@@ -8,7 +8,8 @@
 #
 # Stages: features (the corpus's one-forward states), questions (the pairs' question states
 # of minimal and detailed, in one pass), fit (minimal, detailed, hazards: the recipe shipped), ablate (minimal and detailed without augmentation, without drafts, and
-# with neither: what each bought, on dev), tables (tables.md from the fits), thresholds
+# with neither: what each bought, on dev), tables (tables.md from the fits), by-source (the
+# shipped heads and these read source by source on the same items), thresholds
 # (pooled dev thresholds for minimal), ship (copy the embedded heads into the package).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -68,6 +69,15 @@ ablate)
   done ;;
 tables)
   python3 scripts/results/heads_transfer_table.py "$R" > "$R/tables.md" ;;
+by-source)
+  # The shipped heads beside the ones fitted here, read on the same dev items source by
+  # source (plguard.heads.measure): a shipped head on a source it never saw is held out too.
+  for p in ${POLICIES:-minimal detailed}; do
+    python3 scripts/results/heads_by_source.py --policy $p \
+      --heads shipped=plguard/heads/shipped/embedded-$p.json --heads transfer="$R/heads-$p.json" \
+      --drafts-file "$R/drafts.jsonl" --drafts "$DRAFTS" --limit-per-source "$LIMIT" \
+      --out "$R/by-source-$p.json" > /dev/null
+  done ;;
 thresholds)
   # Pooled dev thresholds: hazards' moderation and pairs (shipped beside its heads).
   # shellcheck disable=SC2046
