@@ -57,7 +57,7 @@ COST_MARGIN = 0.01  # held-out AUROC a question-asking readout must gain over a 
 # passage diluted by, or long past, its surroundings; the question's answer position attends
 # to the whole text for what is asked. Measured on tests/test_content_leak.py's answer with
 # the embedded model: a pool@30 head chosen by held-out source read the harmful window at
-# 0.15 and the benign ones at 0.12-0.13; the question@30 head 0.97 vs 0.22-0.28.
+# 0.15 and the benign ones at 0.07-0.13; the question@30 head 0.97 vs 0.11-0.28.
 CONTENT_READOUTS = ("question",)
 
 
