@@ -61,11 +61,15 @@ fit)
 ablate)
   mkdir -p "$R/ablations"
   D="--drafts $DRAFTS --drafts-file $R/drafts.jsonl"
+  # VARIANTS: which of them to run (a fit takes about 20 minutes for minimal here).
   for p in ${POLICIES:-minimal detailed}; do
-    fit $p "$R/ablations/$p-one-forward.json" --augment "$AUGMENT" $D $ONE
-    fit $p "$R/ablations/$p-no-augment.json" $D $ONE
-    fit $p "$R/ablations/$p-no-drafts.json" --augment "$AUGMENT" $ONE
-    fit $p "$R/ablations/$p-neither.json" $ONE
+    for v in ${VARIANTS:-one-forward no-augment no-drafts neither}; do case $v in
+    one-forward) fit $p "$R/ablations/$p-one-forward.json" --augment "$AUGMENT" $D $ONE ;;
+    no-augment) fit $p "$R/ablations/$p-no-augment.json" $D $ONE ;;
+    no-drafts) fit $p "$R/ablations/$p-no-drafts.json" --augment "$AUGMENT" $ONE ;;
+    neither) fit $p "$R/ablations/$p-neither.json" $ONE ;;
+    *) echo "unknown variant $v" >&2; exit 2 ;;
+    esac; done
   done ;;
 tables)
   python3 scripts/results/heads_transfer_table.py "$R" > "$R/tables.md" ;;
