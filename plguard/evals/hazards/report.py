@@ -157,7 +157,7 @@ def render(doc: Mapping[str, Any]) -> str:
              "category's unsafe rule (every response predicate set to each true/false "
              "value, the highest kept), what `/v1/moderations` reports as category_scores. "
              "AUROC of each category's score: its prompts against the benign requests "
-             "(CoCoNot contrast + XSTest safe + the written S14 look-alikes) and against "
+             "(CoCoNot contrast and plain, XSTest safe, the written S14 look-alikes) and against "
              "the other categories' prompts, "
              "95% bootstrap intervals. Top-1: the share of hazardous prompts whose own "
              "category scores highest. Flagged: the strongest unsafe rule at or above "
