@@ -30,7 +30,7 @@ from plguard.grounding.prompt import (
     request_end_prompt,
     template_version,
 )
-from plguard.grounding.resolve import Resolved, resolve
+from plguard.grounding.resolve import Resolved, check_predicates, resolve
 from plguard.grounding.scoring import ViewScores, cache_keys, score_heads, score_views
 from plguard.grounding.views import View, views
 from plguard.grounding_cache import GroundingCache, resolve_cache_path
@@ -64,14 +64,7 @@ class Grounder:
         self.backend = backend
         self.predicates = tuple(predicates)
         self.cfg = cfg or GroundingConfig.model_validate({})
-        names = [p.name for p in self.predicates]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise InputError(f"duplicate predicate names: {', '.join(dupes)}")
-        for p in self.predicates:
-            if p.scope not in ("request", "response"):
-                raise InputError(f"predicate '{p.name}' has scope {p.scope!r}; "
-                                 "use 'request' or 'response'")
+        check_predicates(self.predicates)
         self.answers = ANSWER_WORDS[self.cfg.answer_words]
         self.template_version = template_version(self.cfg)
         if resolved is None:

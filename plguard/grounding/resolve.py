@@ -21,7 +21,7 @@ from plguard.backends.base import Backend
 from plguard.calibration import Calibration, check_applies, check_heads_match
 from plguard.calibration import load_calibration as load_calibration_file
 from plguard.config import GroundingConfig
-from plguard.errors import ConfigError
+from plguard.errors import ConfigError, InputError
 from plguard.grounding.prompt import (
     ANSWER_WORDS,
     question_block,
@@ -53,6 +53,7 @@ def resolve(backend: Backend, predicates: Sequence[PredicateSpec], cfg: Groundin
     A named file that does not apply raises :class:`~plguard.errors.ConfigError`; heads
     ``auto`` that do not apply fall back to zero-shot with a warning.
     """
+    check_predicates(predicates)
     # The identity may hash the weights: asked for only when a file is to be checked.
     identity = functools.cache(lambda: backend_identity(backend))
     tv = template_version(cfg)
@@ -84,6 +85,18 @@ def resolve(backend: Backend, predicates: Sequence[PredicateSpec], cfg: Groundin
     return Resolved(heads=heads, calibration=cal)
 
 
+def check_predicates(predicates: Sequence[PredicateSpec]) -> None:
+    """Refuse duplicate predicate names and scopes other than request and response."""
+    names = [p.name for p in predicates]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise InputError(f"duplicate predicate names: {', '.join(dupes)}")
+    for p in predicates:
+        if p.scope not in ("request", "response"):
+            raise InputError(f"predicate '{p.name}' has scope {p.scope!r}; "
+                             "use 'request' or 'response'")
+
+
 def _calibration(path: str, identity: Mapping[str, Any], tv: str,
                  predicates: Sequence[PredicateSpec], cfg: GroundingConfig,
                  policy_name: str | None) -> Calibration:
@@ -112,4 +125,4 @@ def backend_identity(backend: Backend) -> dict[str, Any]:
     return {"model_sha256": sha, "model_id": str(backend.model_id)}
 
 
-__all__ = ["Resolved", "backend_identity", "load_calibration", "resolve"]
+__all__ = ["Resolved", "backend_identity", "check_predicates", "load_calibration", "resolve"]
