@@ -57,8 +57,8 @@ def resolve(backend: Backend, predicates: Sequence[PredicateSpec], cfg: Groundin
     # The identity may hash the weights: asked for only when a file is to be checked.
     identity = functools.cache(lambda: backend_identity(backend))
     tv = template_version(cfg)
-    cal = _calibration(cfg.calibration, identity(), tv, predicates, cfg, policy_name) \
-        if cfg.calibration else None
+    cal = (_calibration(cfg.calibration, identity(), tv, predicates, cfg, policy_name)
+           if cfg.calibration else None)
     heads: HeadsFile | None = resolve_heads(cfg.heads, backend, policy_name)
     if heads is not None:
         answers = ANSWER_WORDS[cfg.answer_words]
