@@ -84,7 +84,7 @@ def fit_heads(config: GuardConfig, out: str | Path, options: FitOptions | None =
                           "(--scope response or both), or leave --drafts out")
     t0 = time.perf_counter()
     gb: Any = backend or load_backend(config.grounder_model)
-    if not hasattr(gb, "true_false_states"):
+    if not gb.capabilities.hidden_states:
         raise ConfigError(f"the grounder backend '{config.grounder_model.backend}' cannot "
                           "return hidden states; fit heads with backend transformers")
     policy = load_policy(config.policy)
