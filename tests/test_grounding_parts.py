@@ -53,6 +53,25 @@ def test_states_backend_follows_the_declaration():
     assert states_backend(stating) is stating
 
 
+def test_a_backend_that_declares_nothing_offers_no_hidden_states():
+    """A backend written before ``capabilities`` (even one with true_false_states) is read
+    as offering nothing beyond the protocol: shipped heads stay off, a fit is refused."""
+    from plguard.backends.base import capabilities_of
+    from plguard.heads.apply import resolve_heads
+
+    class Old:
+        model_id = "embedded:smollm2-135m-instruct:bfloat16"  # the shipped heads' model
+        max_context = 2048
+
+        def true_false_states(self, requests, layers):
+            raise AssertionError("never called")
+
+    assert capabilities_of(Old()) == Capabilities()
+    assert resolve_heads("auto", Old(), "minimal") is None
+    with pytest.raises(ConfigError, match="cannot return hidden states"):
+        states_backend(Old())  # type: ignore[arg-type]
+
+
 def test_resolved_before_the_grounder_gives_the_same_grounding():
     cfg = GroundingConfig(heads=None)
     resolved = resolve(_backend(), PREDICATES, cfg)

@@ -124,9 +124,19 @@ class StatesBackend(Backend, Protocol):
         ...
 
 
+def capabilities_of(backend: Any) -> Capabilities:
+    """What ``backend`` declares (nothing beyond the protocol where it declares nothing).
+
+    A backend written before ``capabilities`` existed, or a test double, still works: it
+    is read as offering no hidden states.
+    """
+    declared = getattr(backend, "capabilities", None)
+    return declared if isinstance(declared, Capabilities) else Capabilities()
+
+
 def states_backend(backend: Backend) -> StatesBackend:
     """``backend`` as a :class:`StatesBackend`, if its capabilities declare hidden states."""
-    if not backend.capabilities.hidden_states:
+    if not capabilities_of(backend).hidden_states:
         raise ConfigError(f"backend of {backend.model_id} cannot return hidden states; "
                           "heads need the transformers backend")
     return cast(StatesBackend, backend)

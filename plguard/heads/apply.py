@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from plguard.backends.base import capabilities_of
 from plguard.heads.artefact import HeadsFile, check_applies, load_heads, shipped_heads
 from plguard.types import PredicateSpec
 
@@ -32,7 +33,7 @@ def resolve_heads(setting: str | None, backend: Any, policy_name: str | None
     if setting == "auto":
         bare = str(backend.model_id).rsplit(":", 1)[0]
         if (policy_name is None or bare != EMBEDDED_ID
-                or not backend.capabilities.hidden_states):
+                or not capabilities_of(backend).hidden_states):
             return None
         path = shipped_heads(policy_name)
         return None if path is None else load_heads(path)
@@ -51,7 +52,7 @@ def check_heads(hf: HeadsFile, backend: Any, identity: Mapping[str, Any],
     check_applies(hf, model_sha256=identity.get("model_sha256"),
                   model_id=str(identity.get("model_id")), template_version=template_version,
                   policy_name=policy_name, question_digests=digests,
-                  hidden_states=backend.capabilities.hidden_states, width=width,
+                  hidden_states=capabilities_of(backend).hidden_states, width=width,
                   request_predicates=request_predicates)
 
 
