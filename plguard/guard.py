@@ -103,7 +103,7 @@ class Guard:
         policy: Policy | None = None,
     ) -> None:
         from plguard.backends import load_backend
-        from plguard.grounding import Grounder
+        from plguard.grounding import Grounder, resolve
         from plguard.policy import load_policy
 
         self.config = config or GuardConfig()
@@ -124,9 +124,13 @@ class Guard:
         # grounder (its request memo, its cache) serves one of them at a time.
         self.grounder_lock = threading.RLock()
         self.grounder_backend = grounder
+        # Heads and calibration are resolved (and checked) once, before the grounder and the
+        # thresholds that depend on them are set.
+        resolved = resolve(grounder, self.policy.predicates, self.config.grounding,
+                           self.policy.name)
         self.grounder: Grounder = Grounder(grounder, self.policy.predicates, self.config.grounding,
-                                           policy_name=self.policy.name)
-        self.thresholds = effective_thresholds(self.config, self.grounder.calibration_file)
+                                           policy_name=self.policy.name, resolved=resolved)
+        self.thresholds = effective_thresholds(self.config, resolved.calibration)
         meters = [u for b in {id(b): b for b in (self.generator, grounder)}.values()
                   if callable(u := getattr(b, "usage", None))]
         self._usage: Usage | None = _summed(meters) if meters else None

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from plguard.backends.base import Capabilities
 from plguard.errors import BackendError
 from plguard.types import Chat, Generation, GenerationParams, TFRequest, TFScore
 
@@ -39,6 +40,7 @@ class FaultSwitch:
         self.inner = inner
         self.model_id = inner.model_id
         self.max_context = inner.max_context
+        self.capabilities = Capabilities()  # it forwards no true_false_states
         self.message = message
         self.broken = False
         self.generate_calls: list[int] = []
@@ -144,6 +146,7 @@ class ScriptedStreamBackend(WordText):
 
     model_id = "scripted-stream"
     max_context = 100_000
+    capabilities = Capabilities()
 
     def __init__(self, tokens: Sequence[str] | Callable[[Chat], Sequence[str]], *,
                  delay_s: float = 0.0, p_true: Callable[[str, str], float] | None = None

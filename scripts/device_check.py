@@ -49,7 +49,7 @@ def corpus() -> list[str]:
     """Texts to train the stand-in tokenizer on: policies, prompts, grounding templates."""
     texts: list[str] = []
     for pattern in ("policies/*/*.md", "policies/*/*.yaml", "policies/*/*.pl",
-                    "plguard/grounding.py", "plguard/repair.py", "README.md"):
+                    "plguard/grounding/prompt.py", "plguard/repair.py", "README.md"):
         texts += [p.read_text(errors="ignore") for p in sorted(ROOT.glob(pattern))]
     texts += request_texts(10**6)
     return texts or ["True False Question Answer request response"]

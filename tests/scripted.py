@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from plguard.backends.base import Capabilities
 from plguard.testing import WordText, scripted_scores
 from plguard.types import Chat, Generation, GenerationParams, TFRequest, TFScore
 
@@ -16,6 +17,7 @@ from plguard.types import Chat, Generation, GenerationParams, TFRequest, TFScore
 class ScriptedBackend(WordText):
     model_id = "scripted"
     max_context = 100_000
+    capabilities = Capabilities()
 
     def __init__(
         self,

@@ -118,7 +118,7 @@ def test_request_scope_grounded_once_per_request(embedded_backend):
 def test_full_request_memo_keeps_scores_a_batch_needs(embedded_backend, monkeypatch):
     # Memo of 2: the oldest memoised request and two new ones in one batch used to evict
     # the old one before its scores were read (KeyError).
-    monkeypatch.setattr(grounding, "REQUEST_MEMO_SIZE", 2)
+    monkeypatch.setattr(grounding.grounder, "REQUEST_MEMO_SIZE", 2)
     g = Grounder(embedded_backend, PREDICATES[:1])
     old = g.ground([(REQUEST, CLEAN), ("How do I boil an egg?", CLEAN)])
     out = g.ground([(REQUEST, CLEAN), ("What is 2 + 2?", CLEAN), ("Name a colour.", CLEAN)])
@@ -188,7 +188,7 @@ def test_adversarial_content_cannot_close_delimiters(grounder, embedded_backend,
     names = [p.name for p in PREDICATES if p.scope == "response"]
     pairs = [(REQUEST, CLEAN)] + [(REQUEST, r) for r in ADVERSARIAL.values()]
     escaped = Grounder(embedded_backend, PREDICATES).ground(pairs)
-    monkeypatch.setattr(grounding, "escape_data", lambda text: text)
+    monkeypatch.setattr(grounding.views, "escape_data", lambda text: text)
     raw = Grounder(embedded_backend, PREDICATES).ground(pairs)
     print("\nP(True) clean vs adversarial responses (embedded SmolLM2-135M, fp32)")
     print(f"{'case':<16} {'predicate':<36} {'escaped':>8} {'d_esc':>7} {'unesc':>8} {'d_unesc':>8}")

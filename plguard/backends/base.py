@@ -1,12 +1,17 @@
-"""The one Backend protocol every model runtime implements."""
+"""The one Backend protocol every model runtime implements, and what each one offers.
+
+What a backend can do beyond the protocol is declared in its ``capabilities``
+(:class:`Capabilities`), so callers ask the declaration, not ``hasattr``.
+"""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
+from plguard.errors import ConfigError
 from plguard.types import Chat, Generation, GenerationParams, TFRequest, TFScore
 
 
@@ -19,8 +24,8 @@ class StatedScores:
     without a prefix or when no layers were asked for); ``mark_states``:
     ``[n_marks, n_layers, d]``, the state at each of the request's ``marks`` (None without
     marks); ``pool_state``: ``[n_layers, d]``, the mean over the tokens of the request's
-    ``pool`` span (None without one). Backends that can return hidden states offer
-    ``true_false_states(requests, layers) -> list[StatedScores]``.
+    ``pool`` span (None without one). Backends that can return hidden states declare
+    ``capabilities.hidden_states`` and offer ``true_false_states`` (:class:`StatesBackend`).
     """
 
     scores: list[TFScore]
@@ -28,6 +33,17 @@ class StatedScores:
     prefix_state: Any = None
     mark_states: Any = None
     pool_state: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a backend offers beyond :class:`Backend`, declared by each backend class.
+
+    ``hidden_states``: it has ``true_false_states`` (:class:`StatesBackend`), the stated
+    forwards learned heads read.
+    """
+
+    hidden_states: bool = False
 
 
 @runtime_checkable
@@ -61,16 +77,18 @@ class Backend(Protocol):
     """A loaded model that can generate and score True/False continuations.
 
     ``model_id`` names the weights (path or hub id plus dtype) and keys caches;
-    ``max_context`` is the context window in tokens. A backend whose calls cost tokens
+    ``max_context`` is the context window in tokens; ``capabilities`` declares what the
+    backend offers beyond this protocol (:class:`Capabilities`). A backend whose calls cost tokens
     elsewhere (a remote server) may also offer ``usage() -> dict[str, int]``, the calling
     thread's running token counts; the Guard traces its change over each phase. Optional
     methods, outside this protocol so every backend satisfies it without them:
-    ``true_false_states`` (see :class:`StatedScores`) and ``stream_generate`` (see
-    :class:`StreamingBackend`).
+    ``true_false_states`` (see :class:`StatesBackend`, declared by
+    ``capabilities.hidden_states``) and ``stream_generate`` (see :class:`StreamingBackend`).
     """
 
     model_id: str
     max_context: int
+    capabilities: Capabilities
 
     def format_chat(self, chat: Chat, add_generation_prompt: bool = True) -> str:
         """Render a chat with the model's chat template, as text."""
@@ -95,3 +113,30 @@ class Backend(Protocol):
     def true_false_logprobs(self, requests: Sequence[TFRequest]) -> list[list[TFScore]]:
         """For each request, score every suffix after the shared prefix."""
         ...
+
+
+class StatesBackend(Backend, Protocol):
+    """A backend that declares ``capabilities.hidden_states``: scores with hidden states."""
+
+    def true_false_states(self, requests: Sequence[TFRequest], layers: Sequence[int]
+                          ) -> list[StatedScores]:
+        """Each request's scores with the hidden states of ``layers`` (:class:`StatedScores`)."""
+        ...
+
+
+def capabilities_of(backend: Any) -> Capabilities:
+    """What ``backend`` declares (nothing beyond the protocol where it declares nothing).
+
+    A backend written before ``capabilities`` existed, or a test double, still works: it
+    is read as offering no hidden states.
+    """
+    declared = getattr(backend, "capabilities", None)
+    return declared if isinstance(declared, Capabilities) else Capabilities()
+
+
+def states_backend(backend: Backend) -> StatesBackend:
+    """``backend`` as a :class:`StatesBackend`, if its capabilities declare hidden states."""
+    if not capabilities_of(backend).hidden_states:
+        raise ConfigError(f"backend of {backend.model_id} cannot return hidden states; "
+                          "heads need the transformers backend")
+    return cast(StatesBackend, backend)

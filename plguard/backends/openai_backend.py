@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 from plguard.backends._stream import Deltas
 from plguard.backends._text import TokenizerText
+from plguard.backends.base import Capabilities
 from plguard.backends.logprobs import finite, logsumexp
 from plguard.backends.openai_client import OpenAIClient, RemoteStatusError, Reply, usage_of
 from plguard.backends.vllm_backend import sampled_request_ids
@@ -72,6 +73,8 @@ class Unsupported(BackendError):
 
 class OpenAIBackend(TokenizerText):
     """A model behind an OpenAI-compatible HTTP server."""
+
+    capabilities = Capabilities()  # a server returns no hidden states
 
     def __init__(self, client: OpenAIClient, tokenizer: Any, *, served_model: str,
                  path: str, max_context: int, via: str = "token_ids", top_logprobs: int = 20,

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from plguard.backends._stream import Deltas
 from plguard.backends._structured import SchemaConstraint
 from plguard.backends._text import TokenizerText
-from plguard.backends.base import StatedScores
+from plguard.backends.base import Capabilities, StatedScores
 from plguard.errors import BackendError, ModelError
 from plguard.models import resolve_model_path
 from plguard.types import Chat, Generation, GenerationParams, TFRequest, TFScore
@@ -77,6 +77,7 @@ class TransformersBackend(TokenizerText):
     """A Hugging Face causal LM that generates and scores True/False continuations."""
 
     supports_json_schema = True  # GenerationParams.json_schema constrains decoding (outlines-core)
+    capabilities = Capabilities(hidden_states=True)  # true_false_states
 
     def __init__(self, model: Any, tokenizer: Any, *, model_id: str,
                  max_context: int | None = None, batch_size: int = 8,

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from plguard.backends._text import TokenizerText
 from plguard.backends._vllm_errors import call_error
+from plguard.backends.base import Capabilities
 from plguard.backends.logprobs import finite, logsumexp
 from plguard.errors import (
     BackendError,
@@ -218,6 +219,7 @@ class VLLMBackend(TokenizerText):
     """A model served by an in-process vLLM engine (``vllm.LLM``)."""
 
     supports_json_schema = True  # GenerationParams.json_schema constrains decoding
+    capabilities = Capabilities()  # the engine returns no hidden states
 
     def __init__(self, llm: Any, tokenizer: Any, *, model_id: str, max_context: int,
                  eos_ids: Sequence[int] = (), lock: threading.Lock | None = None) -> None:

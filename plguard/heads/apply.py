@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from plguard.backends.base import capabilities_of
 from plguard.heads.artefact import HeadsFile, check_applies, load_heads, shipped_heads
 from plguard.types import PredicateSpec
 
@@ -23,15 +24,16 @@ def resolve_heads(setting: str | None, backend: Any, policy_name: str | None
     """The heads file a ``grounding.heads`` setting names for this backend and policy.
 
     ``auto`` is the file shipped for the embedded model and this policy where there is one
-    and the backend can read hidden states, else none (zero-shot grounding, as before);
-    a named file is refused with a clear error wherever it does not apply.
+    and the backend declares hidden states (``capabilities``), else none (zero-shot
+    grounding, as before); a named file is refused with a clear error wherever it does
+    not apply.
     """
     if setting is None or setting == "off":
         return None
     if setting == "auto":
         bare = str(backend.model_id).rsplit(":", 1)[0]
         if (policy_name is None or bare != EMBEDDED_ID
-                or not hasattr(backend, "true_false_states")):
+                or not capabilities_of(backend).hidden_states):
             return None
         path = shipped_heads(policy_name)
         return None if path is None else load_heads(path)
@@ -50,7 +52,7 @@ def check_heads(hf: HeadsFile, backend: Any, identity: Mapping[str, Any],
     check_applies(hf, model_sha256=identity.get("model_sha256"),
                   model_id=str(identity.get("model_id")), template_version=template_version,
                   policy_name=policy_name, question_digests=digests,
-                  hidden_states=hasattr(backend, "true_false_states"), width=width,
+                  hidden_states=capabilities_of(backend).hidden_states, width=width,
                   request_predicates=request_predicates)
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from plguard.backends.base import states_backend
 from plguard.config import GroundingConfig
 from plguard.errors import ConfigError
 from plguard.heads.corpus import CorpusItem
@@ -193,10 +194,8 @@ class Extractor:
                  pairs: bool = True, pool: bool = False) -> None:
         from plguard.grounding import Grounder
 
-        if not hasattr(backend, "true_false_states"):
-            raise ConfigError(f"backend of {backend.model_id} cannot return hidden states; "
-                              "heads need the transformers backend")
-        self.backend = backend
+        # Refused unless its capabilities declare hidden states (ConfigError).
+        self.backend = states_backend(backend)
         self.cfg = cfg.model_copy(update={"paraphrases": False, "calibration": None,
                                           "heads": None, "cache": None, "screen": "off"})
         self.specs = unique_specs([replace(s, paraphrases=()) for s in specs], self.cfg)

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from plguard.backends.base import capabilities_of
 from plguard.config import GuardConfig
 from plguard.errors import ConfigError
 from plguard.heads.artefact import READOUTS
@@ -84,7 +85,7 @@ def fit_heads(config: GuardConfig, out: str | Path, options: FitOptions | None =
                           "(--scope response or both), or leave --drafts out")
     t0 = time.perf_counter()
     gb: Any = backend or load_backend(config.grounder_model)
-    if not hasattr(gb, "true_false_states"):
+    if not capabilities_of(gb).hidden_states:
         raise ConfigError(f"the grounder backend '{config.grounder_model.backend}' cannot "
                           "return hidden states; fit heads with backend transformers")
     policy = load_policy(config.policy)

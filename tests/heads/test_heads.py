@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 
+from plguard.backends.base import Capabilities
 from plguard.config import GroundingConfig
 from plguard.errors import ConfigError
 from plguard.grounding import Grounder, backend_identity
@@ -177,7 +178,9 @@ def test_heads_refused_where_they_do_not_fit(embedded_backend, minimal, tmp_path
     with pytest.raises(ConfigError, match="hidden size 576"):
         build(narrow)
 
-    class NoStates:  # like the vLLM and openai backends: no hidden states
+    class NoStates:  # like the vLLM and openai backends: declares no hidden states
+        capabilities = Capabilities()
+
         def __init__(self, inner):
             self.inner = inner
 
@@ -201,6 +204,7 @@ def test_auto_uses_no_heads_for_other_models_or_policies(embedded_backend, minim
 
     class Other:
         model_id = "/models/qwen:bfloat16"
+        capabilities = Capabilities(hidden_states=True)
 
         def true_false_states(self, requests, layers):  # pragma: no cover - never called
             raise AssertionError

@@ -91,12 +91,13 @@ def test_joint_heads_rank_the_own_category_first_and_benign_requests_low(hazards
 
 
 def test_fit_options_refuse_joint_heads_without_a_request_prompt_readout():
+    from plguard.backends.base import Capabilities
     from plguard.config import GuardConfig
     from plguard.errors import ConfigError
     from plguard.heads.train import FitOptions, fit_heads
 
-    class NoForward:  # the check comes before any model work
-        true_false_states = None
+    class NoForward:  # declares hidden states; the check comes before any model work
+        capabilities = Capabilities(hidden_states=True)
 
     with pytest.raises(ConfigError, match="prefix or pool readout"):
         fit_heads(GuardConfig.from_dict({"policy": "hazards"}), "unused.json",
