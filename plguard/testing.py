@@ -138,7 +138,7 @@ class ScriptedStreamBackend(WordText):
     ``tokens`` (or ``tokens(chat)``) are generated one at a time, each ``delay_s`` after the
     last, so a test can place a phrase inside a window, across a window boundary or split
     across sub-word pieces; ``"".join(tokens).strip()`` is what ``generate`` returns and
-    what the deltas join to (as real backends, through ``plguard.backends._stream``). Grounding
+    what the deltas join to (as real backends, through ``plguard.backends.deltas``). Grounding
     questions are scored by ``p_true(prefix, suffix)`` (default: 0.05 for all, which allows
     everything under the shipped policies). Tokens are counted as whitespace-separated
     words. Each stream is recorded in :attr:`runs` (:class:`StreamRun`).
@@ -184,7 +184,7 @@ class ScriptedStreamBackend(WordText):
     def stream_generate(self, chat: Chat, params: GenerationParams,
                         cancel: threading.Event) -> Iterator[str]:
         """The scripted tokens, ``delay_s`` apart, until the end or ``cancel``."""
-        from plguard.backends._stream import Deltas
+        from plguard.backends.deltas import Deltas
 
         run = StreamRun()
         self.runs.append(run)

@@ -105,7 +105,7 @@ def test_no_module_imports_another_modules_private_names():
                 continue
             for alias in node.names:
                 n = alias.name
-                # A private *module* (plguard.policy._syntax) is its package's business
+                # A private *module* (plguard.policy._name) is its package's business
                 # (the private-modules contract of pyproject.toml keeps it there).
                 rel = path.relative_to(ROOT.parent).as_posix()
                 if n.startswith("_") and not n.startswith("__") \

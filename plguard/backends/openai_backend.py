@@ -48,9 +48,9 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from plguard.backends._stream import Deltas
 from plguard.backends._text import TokenizerText
 from plguard.backends.base import Capabilities
+from plguard.backends.deltas import Deltas
 from plguard.backends.logprobs import finite, logsumexp
 from plguard.backends.openai_client import OpenAIClient, RemoteStatusError, Reply, usage_of
 from plguard.backends.vllm_backend import sampled_request_ids

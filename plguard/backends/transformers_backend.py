@@ -17,10 +17,10 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from plguard.backends._stream import Deltas
 from plguard.backends._structured import SchemaConstraint
 from plguard.backends._text import TokenizerText
 from plguard.backends.base import Capabilities, StatedScores
+from plguard.backends.deltas import Deltas
 from plguard.errors import BackendError, ModelError
 from plguard.models import resolve_model_path
 from plguard.types import Chat, Generation, GenerationParams, TFRequest, TFScore
@@ -205,7 +205,7 @@ class TransformersBackend(TokenizerText):
         """One completion as text deltas that join to exactly ``generate``'s text.
 
         ``model.generate`` runs in a thread feeding a ``TextIteratorStreamer`` (which
-        decodes whole words); :class:`~plguard.backends._stream.Deltas` strips the text as
+        decodes whole words); :class:`~plguard.backends.deltas.Deltas` strips the text as
         ``generate`` does and holds back an incomplete character. A stopping criterion ends
         generation at the next token once ``cancel`` is set or the iterator is closed, and
         closing waits for the thread. ``json_schema`` is not applied: a stream is free text.

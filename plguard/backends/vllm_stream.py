@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Collection, Iterator
 from typing import Any, Protocol
 
-from plguard.backends._stream import Deltas
+from plguard.backends.deltas import Deltas
 from plguard.types import Chat, GenerationParams
 
 

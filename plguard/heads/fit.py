@@ -219,7 +219,7 @@ def _cheap(readout: str, scope: str) -> bool:
     return readout in (("prefix", "pool") if scope == "response" else ("pair_prefix",))
 
 
-def _pairs_of(items: Sequence[CorpusItem]) -> list[tuple[int, int]]:
+def pairs_of(items: Sequence[CorpusItem]) -> list[tuple[int, int]]:
     """``(more harmful, less harmful)`` item indices of the corpus's preference pairs."""
     by_pair: dict[str, dict[str, int]] = {}
     for i, it in enumerate(items):
@@ -237,7 +237,7 @@ def _fit_one(spec: PredicateSpec, ex: Extractor, items: Sequence[CorpusItem],
     want_resp = spec.scope == "response"
     idx = [i for i, it in enumerate(items)
            if (it.response is not None) == want_resp and not math.isnan(y_all[i])]
-    pairs = _pairs_of(items) if pairwise and want_resp else []
+    pairs = pairs_of(items) if pairwise and want_resp else []
     y = y_all[idx].astype(int)
     n_pos, n_neg = int(y.sum()), int(len(y) - y.sum())
     asked = ex.asks(spec.scope)

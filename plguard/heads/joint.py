@@ -43,7 +43,7 @@ from plguard.heads.corpus import CorpusItem
 from plguard.heads.features import Extractor
 from plguard.heads.fit import FOLDS, MIN_CLASS, PredicateFit, auroc
 from plguard.heads.select import WORST_TOLERANCE, Data, Scored, heldout_metrics, worst
-from plguard.policy._syntax import atoms
+from plguard.policy.syntax import atoms
 
 CS_JOINT = (0.003, 0.01, 0.03, 0.1, 0.3)  # strengths tried (standardised features)
 

@@ -32,7 +32,7 @@ def scores_by_source(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
     held-out metrics); ``pairwise``: response predicates the corpus's preference pairs
     measure (pairwise accuracy).
     """
-    from plguard.heads.fit import _pairs_of
+    from plguard.heads.fit import pairs_of
 
     if tuple(hf.layers) != tuple(ex.layers):
         raise ValueError(f"the heads file reads layers {list(hf.layers)}, the extractor "
@@ -47,7 +47,7 @@ def scores_by_source(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
         idx = [i for i, it in enumerate(items)
                if (it.response is not None) == want_resp and not math.isnan(y_all[i])
                and "augmented" not in it.fields]
-        pairs = _pairs_of(items) if spec.name in pairwise and want_resp else []
+        pairs = pairs_of(items) if spec.name in pairwise and want_resp else []
         block = ex.grounder.question_block(spec, spec.question)
         j = ex.layers.index(h.layer)
 

@@ -25,7 +25,7 @@ import numpy as np
 from plguard.errors import PolicyError, did_you_mean
 from plguard.labels.xstest import LabelledCompletion, XSTestPrompt
 from plguard.policy import Policy, load_policy
-from plguard.policy._yaml import LocDict, LocList, load_yaml, pos_of
+from plguard.policy.located_yaml import LocDict, LocList, load_yaml, pos_of
 
 UNKNOWN = math.nan
 FIELDS = ("id", "label", "type", "focus", "note", "final_label", "model", "agreement", "harm")

@@ -15,9 +15,9 @@ from typing import Any
 
 from plguard.categories import CODES, in_order, is_code
 from plguard.errors import PolicyError, did_you_mean
-from plguard.policy._syntax import Program, atoms, is_identifier, parse_program
-from plguard.policy._yaml import LocDict, LocList, load_yaml, pos_of
 from plguard.policy.core import Policy, rule_kind
+from plguard.policy.located_yaml import LocDict, LocList, load_yaml, pos_of
+from plguard.policy.syntax import Program, atoms, is_identifier, parse_program
 from plguard.types import Example, PredicateSpec
 from plguard.windows import WINDOW_RULES
 

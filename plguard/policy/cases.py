@@ -21,9 +21,9 @@ from typing import Any
 import yaml
 
 from plguard.errors import PolicyCaseError, PolicyError, did_you_mean
-from plguard.policy._yaml import LocDict, LocList, load_yaml, pos_of
 from plguard.policy.case import DEFAULT_TOL, Case
 from plguard.policy.core import Policy
+from plguard.policy.located_yaml import LocDict, LocList, load_yaml, pos_of
 from plguard.policy.search import Oracle, minimal_case
 
 _CASE_FIELDS = ("name", "given", "expect", "default", "tol")

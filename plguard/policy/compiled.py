@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from plguard.errors import MissingDependencyError, PolicyError
-from plguard.policy._syntax import location_of, word_at
+from plguard.policy.syntax import location_of, word_at
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,9 +13,9 @@ import numpy as np
 
 from plguard.categories import policy_codes
 from plguard.errors import InputError, did_you_mean
-from plguard.policy._syntax import Program
 from plguard.policy.case import Case
 from plguard.policy.compiled import CompiledProgram
+from plguard.policy.syntax import Program
 from plguard.types import PolicyResult, PredicateSpec
 
 UNSAFE = "unsafe_compliance"

@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from plguard.config import Thresholds
-from plguard.policy._syntax import render
 from plguard.policy.compiled import CompiledProgram
 from plguard.policy.core import Policy
 from plguard.policy.search import Oracle
+from plguard.policy.syntax import render
 
 ACTIONS = ("refuse", "rewrite", "allow")
 

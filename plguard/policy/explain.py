@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from plguard.policy._syntax import And, Atom, Const, Formula, Not
 from plguard.policy.core import OVER_REFUSAL, SAFE, UNSAFE, Policy, rule_kind
+from plguard.policy.syntax import And, Atom, Const, Formula, Not
 
 
 @dataclass(frozen=True, slots=True)

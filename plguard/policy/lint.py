@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Literal
 
 from plguard.errors import PolicyError
-from plguard.policy._syntax import Atom, Formula, Not, Or, atoms, render
 from plguard.policy.bundle import load_policy
 from plguard.policy.compiled import CompiledProgram
 from plguard.policy.core import AGGREGATES, OVER_REFUSAL, SAFE, UNSAFE, Policy
 from plguard.policy.search import Oracle
+from plguard.policy.syntax import Atom, Formula, Not, Or, atoms, render
 
 Severity = Literal["error", "warning"]
 
@@ -197,6 +197,6 @@ def _aggregate_checks(policy: Policy) -> list[Finding]:
 
 
 def _and(*parts: Formula) -> Formula:
-    from plguard.policy._syntax import And
+    from plguard.policy.syntax import And
 
     return parts[0] if len(parts) == 1 else And(tuple(parts))

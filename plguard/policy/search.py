@@ -18,8 +18,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from plguard.policy._syntax import And, Atom, Const, Formula, Not, Or, Program
 from plguard.policy.compiled import CompiledProgram
+from plguard.policy.syntax import And, Atom, Const, Formula, Not, Or, Program
 
 Cube = frozenset[tuple[str, bool]]
 BEAM = 32

@@ -241,14 +241,14 @@ def test_hh_harmless_pairs_stay_together_and_label_only_their_pairwise_predicate
     import math
 
     from plguard.heads.corpus import load_corpus
-    from plguard.heads.fit import _pairs_of, labels_for
+    from plguard.heads.fit import labels_for, pairs_of
     from plguard.labels.gold import load_gold
     from plguard.policy import load_policy
 
     small = load_corpus(("hh_harmless",), "dev", limit_per_source=20)
     big = load_corpus(("hh_harmless",), "dev", limit_per_source=40)
     assert len(small) == 40 and {it.uid for it in small} <= {it.uid for it in big}
-    pairs = _pairs_of(small)
+    pairs = pairs_of(small)
     assert len(pairs) == 20
     for a, b in pairs:  # (more harmful, less harmful) of one conversation
         assert small[a].fields["pair_role"] == "rejected"

@@ -119,7 +119,7 @@ def gold_matrix(rows: Sequence[Mapping[str, Any]], policy: Policy) -> np.ndarray
 
 def positive_support(policy: Policy, heads: Sequence[str]) -> set[str]:
     """Predicates that make any of ``heads`` true when true (reached outside negations)."""
-    from plguard.policy._syntax import And, Atom, Not, Or
+    from plguard.policy.syntax import And, Atom, Not, Or
 
     defs = policy.program.definitions()
     out: set[str] = set()
