@@ -239,11 +239,42 @@ _COMMAND_GROUPS: list[tuple[str, str]] = [
 ]
 
 
+# The laboratory extra (`pip install 'plguard[lab]'`): what evaluations, the viewer and
+# heads training need beyond the core install (module -> distribution). Guarding does not.
+LAB_MODULES = {"scipy": "scipy", "sklearn": "scikit-learn", "datasets": "datasets"}
+LAB_INSTALL = "pip install 'plguard[lab]'"
+
+
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def require_lab(command: str) -> None:
+    """Raise MissingExtraError, naming the install, when the lab extra is not installed.
+
+    Laboratory commands mark their parser with ``set_defaults(lab_command=...)``;
+    :func:`main` calls this before their handler, so they stop with one line before any
+    work rather than with a traceback midway. Looks the modules up without importing them.
+    """
+    from plguard.errors import MissingExtraError
+
+    missing = [dist for module, dist in LAB_MODULES.items() if not _installed(module)]
+    if missing:
+        raise MissingExtraError(command, "laboratory", missing, LAB_INSTALL)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``plguard`` command."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if getattr(args, "lab_command", None):
+            require_lab(args.lab_command)
         return int(args.func(args) or 0)
     except PlguardError as exc:
         print(f"plguard: error: {exc}", file=sys.stderr)

@@ -10,6 +10,7 @@ Every error derives from one base, so callers can catch :class:`PlguardError`::
     ├── ModelError             weights that cannot be found, loaded or converted
     ├── BackendError           a backend that fails while running
     └── MissingDependencyError an optional dependency that is not installed
+        └── MissingExtraError  packages of an extra (such as lab) that are not installed
 
 Messages say what was wrong, where, and what to do next.
 """
@@ -91,6 +92,20 @@ class MissingDependencyError(PlguardError, ImportError):
         super().__init__(
             f"{feature} needs the '{package}' package, which is not installed. "
             f"Install it with: {install}"
+        )
+
+
+class MissingExtraError(MissingDependencyError):
+    """Packages of an optional extra are missing; the message names the extra's install."""
+
+    def __init__(self, feature: str, extra: str, packages: Iterable[str], install: str) -> None:
+        self.packages = tuple(packages)
+        self.package = self.packages[0] if self.packages else extra
+        self.extra = extra
+        # MissingDependencyError words its message for one package: this one names the extra.
+        super(MissingDependencyError, self).__init__(
+            f"{feature} needs the {extra} extra: {install} "
+            f"(missing: {', '.join(self.packages)})"
         )
 
 

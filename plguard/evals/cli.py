@@ -75,6 +75,8 @@ def add_eval_commands(subparsers: Any) -> None:
     from plguard.evals.xstest.runner import SCORERS
 
     p = subparsers.add_parser("eval", help="Offline evaluations (XSTest).")
+    # Every `eval ...` subcommand needs the lab extra (plguard.cli.require_lab).
+    p.set_defaults(lab_command="plguard eval")
     sub = p.add_subparsers(dest="eval_command", required=True)
     from plguard.evals.gold.cli import add_gold_commands
 
@@ -132,7 +134,7 @@ def add_eval_commands(subparsers: Any) -> None:
     r.add_argument("--out", metavar="DIR", help="Where to write (default: RUN_DIR).")
     r.add_argument("--no-plots", action="store_true", help="Tables only (no matplotlib).")
     r.add_argument("--print", action="store_true", help="Print the markdown.")
-    r.set_defaults(func=_cmd_report)
+    r.set_defaults(func=_cmd_report, lab_command="plguard report")
 
 
 def dump(obj: Any) -> str:

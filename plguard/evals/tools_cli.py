@@ -60,7 +60,7 @@ def add_tools_commands(subparsers: Any) -> None:
                    "sweep.png).")
     p.add_argument("--no-plot", action="store_true", help="Print only.")
     p.add_argument("--json", metavar="FILE", help="Also write the summary as JSON.")
-    p.set_defaults(func=_cmd_sweep)
+    p.set_defaults(func=_cmd_sweep, lab_command="plguard sweep")
 
     p = subparsers.add_parser("ablate", help="Compare policies on a run's base drafts "
                               "(grounding through the cache, repairs off).")
@@ -75,7 +75,7 @@ def add_tools_commands(subparsers: Any) -> None:
     p.add_argument("--no-cache", action="store_true", help="Ground without the cache.")
     p.add_argument("--no-progress", action="store_true")
     add_config_options(p)
-    p.set_defaults(func=_cmd_ablate)
+    p.set_defaults(func=_cmd_ablate, lab_command="plguard ablate")
 
 
 __all__ = ["add_tools_commands"]

@@ -87,7 +87,7 @@ def add_heads_commands(subparsers: Any) -> None:
                    "its worst held-out source (default 40; 0: chance is the floor).")
     p.add_argument("--quiet", action="store_true", help="No progress bar.")
     add_config_options(p)
-    p.set_defaults(func=_cmd_fit)
+    p.set_defaults(func=_cmd_fit, lab_command="plguard heads fit")
 
 
 def _cmd_fit(args: argparse.Namespace) -> int:

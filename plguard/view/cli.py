@@ -40,7 +40,7 @@ def add_view_commands(subparsers: Any) -> None:
                    "run names (e.g. for traces of an unbundled policy).")
     p.add_argument("--log-level", default="warning",
                    choices=["critical", "error", "warning", "info", "debug"])
-    p.set_defaults(func=_cmd_view)
+    p.set_defaults(func=_cmd_view, lab_command="plguard view")
 
 
 def _is_loopback(host: str) -> bool:

@@ -258,7 +258,7 @@ def add_calibrate_command(subparsers: Any) -> None:
     # The removed format-1 path: still parsed, so its command line gets a clear error.
     for flag in ("--labelled", "--out-file", "--test-fraction", "--seed"):
         p.add_argument(flag, help=argparse.SUPPRESS)
-    p.set_defaults(func=_cmd_calibrate)
+    p.set_defaults(func=_cmd_calibrate, lab_command="plguard calibrate")
 
 
 __all__ = ["QUALITY_POLICIES", "add_calibrate_command", "add_quality_commands",
