@@ -188,9 +188,9 @@ def _spellings(words: tuple[str, str]) -> list[str]:
 
 def smoke_test(backend: Any, config: GuardConfig) -> list[Separation]:
     """Ground the built-in obvious cases; the separation of each set."""
-    from plguard.evals.metrics import auroc
     from plguard.grounding import Grounder
     from plguard.policy import load_policy
+    from plguard.stats import auroc
 
     pairs = load_pairs()
     minimal = load_policy("minimal")

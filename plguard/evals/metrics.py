@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from plguard.config import EvalConfig
+from plguard.stats import auroc  # the studies import it from here
 
 # The one default for bootstrap resamples (and their seed): the eval config's.
 N_BOOT: int = EvalConfig.model_fields["bootstrap"].default
@@ -139,30 +140,6 @@ def agreement(gold: Sequence[str], pred: Sequence[str], labels: Sequence[str]) -
     acc = float(np.trace(m) / n) if n else float("nan")
     return Agreement(n, acc, cohen_kappa(m), tuple(labels),
                      tuple(tuple(int(v) for v in row) for row in m))
-
-
-def auroc(y: Sequence[bool] | np.ndarray, score: Sequence[float] | np.ndarray) -> float:
-    """Area under the ROC curve by the rank-sum statistic, ties counted half.
-
-    NaN when only one class is present: the area is undefined then.
-    """
-    yy = np.asarray(y, dtype=bool)
-    s = np.asarray(score, dtype=float)
-    n_pos, n_neg = int(yy.sum()), int((~yy).sum())
-    if n_pos == 0 or n_neg == 0:
-        return float("nan")
-    order = np.argsort(s, kind="mergesort")
-    ranks = np.empty(len(s), dtype=float)
-    sorted_s = s[order]
-    # Average ranks over runs of equal scores (1-based).
-    i = 0
-    while i < len(s):
-        j = i
-        while j + 1 < len(s) and sorted_s[j + 1] == sorted_s[i]:
-            j += 1
-        ranks[order[i:j + 1]] = (i + j) / 2 + 1
-        i = j + 1
-    return float((ranks[yy].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,6 +46,7 @@ from plguard.heads.select import (
     within_source,
     worst,
 )
+from plguard.stats import auroc
 from plguard.types import PredicateSpec
 
 MIN_CLASS = 8
@@ -93,13 +94,6 @@ class PredicateFit:
     by_cv: dict[str, Any] = field(default_factory=dict)
     head: dict[str, Any] | None = None
     skipped: str = ""
-
-
-def auroc(y: np.ndarray, s: np.ndarray) -> float:
-    """AUROC, NaN when only one class is present."""
-    from sklearn.metrics import roc_auc_score
-
-    return float(roc_auc_score(y, s)) if 0 < y.sum() < len(y) else math.nan
 
 
 def fixed_model(C: float) -> Any:

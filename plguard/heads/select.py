@@ -38,6 +38,8 @@ from typing import Any
 
 import numpy as np
 
+from plguard.stats import auroc
+
 C_GRID = (0.003, 0.01, 0.03, 0.1, 0.3)  # strengths tried for the chosen readout and layer
 QUICK_C = 0.03  # the strength readouts and layers are ranked at (standardised features)
 BLEND_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)  # head weight in a head/zero-shot blend
@@ -135,12 +137,6 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return np.asarray(0.5 * (1.0 + np.tanh(0.5 * x)))
 
 
-def _auroc(y: np.ndarray, s: np.ndarray) -> float:
-    from sklearn.metrics import roc_auc_score
-
-    return float(roc_auc_score(y, s)) if 0 < y.sum() < len(y) else math.nan
-
-
 def pairwise_accuracy(sa: np.ndarray, sb: np.ndarray) -> float:
     """Share of pairs whose first score is the higher (ties half); NaN for no pairs."""
     if not len(sa):
@@ -191,11 +187,11 @@ def heldout_metrics(d: Data, sc: Scored, sources: Sequence[str] | None = None
         if not rows.any():
             out[src] = math.nan
         elif 0 < y.sum() < len(y):
-            out[src] = _auroc(y, sc.s[rows])
+            out[src] = auroc(y, sc.s[rows])
         else:  # one class: against the other class of every other source
             other = (d.groups != src) & ok & (d.y != y[0])
             yy = np.concatenate([y, d.y[other]])
-            out[src] = _auroc(yy, np.concatenate([sc.s[rows], sc.s[other]]))
+            out[src] = auroc(yy, np.concatenate([sc.s[rows], sc.s[other]]))
     return out
 
 

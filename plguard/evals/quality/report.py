@@ -41,6 +41,7 @@ from plguard.evals.quality.fit import (
 from plguard.evals.quality.types import render_types, type_breakdown
 from plguard.policy import Policy, load_policy
 from plguard.records.store import read_jsonl, write_json_atomic
+from plguard.stats import auroc
 
 WEAK_PREDICATE = 0.6
 
@@ -74,18 +75,7 @@ class DetectorScore:
     threshold: float | None  # None: off (the detector flags nothing)
 
 
-def fast_auroc(y: np.ndarray, s: np.ndarray) -> float:
-    """AUROC by average ranks (ties count half); NaN with one class."""
-    yy = np.asarray(y, dtype=bool)
-    n_pos, n_neg = int(yy.sum()), int((~yy).sum())
-    if n_pos == 0 or n_neg == 0:
-        return float("nan")
-    _, inv, counts = np.unique(np.asarray(s, dtype=float), return_inverse=True,
-                               return_counts=True)
-    ends = np.cumsum(counts)
-    avg_rank = ends - (counts - 1) / 2.0
-    ranks = avg_rank[inv]
-    return float((ranks[yy].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+fast_auroc = auroc  # the one AUROC (plguard.stats), under the name the studies use
 
 
 def _pr(y: np.ndarray, pred: np.ndarray) -> tuple[float, float]:
