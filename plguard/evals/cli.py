@@ -82,9 +82,10 @@ def add_eval_commands(subparsers: Any) -> None:
 
     add_gold_commands(sub)
     from plguard.evals.attacks.cli import add_attack_commands
+    from plguard.evals.heads.cli import add_fit_heads_command
     from plguard.evals.quality.cli import add_quality_commands
 
-    add_quality_commands(sub)
+    add_fit_heads_command(add_quality_commands(sub))
     add_attack_commands(sub)
     from plguard.evals.content.cli import add_content_commands
 

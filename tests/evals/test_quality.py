@@ -563,3 +563,21 @@ def test_fit_counts_pairs_left_out_for_errors_and_reads_retries(grounded, tmp_pa
     (path,) = fit_calibrations(run, ["minimal"], tmp_path / "cal2", split="dev")
     doc = json.loads(path.read_text())
     assert doc["fitted_on"]["n_left_out_errors"] == 0 and doc["fitted_on"]["n_pairs"] == 120
+
+
+def test_fit_heads_is_a_quality_command_served_by_the_heads_study(tmp_path, capsys):
+    """``plguard eval quality fit-heads`` keeps its name and options; its handler lives in
+    plguard.evals.heads.cli, and a missing heads file is one clear line, not a traceback."""
+    from plguard.cli import build_parser, main
+    from plguard.evals.heads import cli as heads_cli
+
+    args = build_parser().parse_args(["eval", "quality", "fit-heads", "--heads", "h.json",
+                                      "--out", "o.json", "--rewrite-cost", "2"])
+    assert args.func is heads_cli._cmd_fit_heads and args.lab_command == "plguard eval"
+    assert args.rewrite_cost == 2.0 and args.target is None
+    missing = tmp_path / "missing.json"
+    assert main(["eval", "quality", "fit-heads", "--heads", str(missing),
+                 "--out", str(tmp_path / "o.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("plguard: error:") and str(missing) in err
+    assert "Traceback" not in err and not (tmp_path / "o.json").exists()

@@ -3,7 +3,7 @@
 * ``plguard eval quality ground``: ground (and judge) labelled XSTest pairs of a split for
   several policies at once; resumable.
 * ``plguard eval quality fit``: calibration files (Platt + thresholds) from a dev run.
-* ``plguard eval quality fit-heads``: thresholds for a heads file (cross-fitted dev).
+* ``plguard eval quality fit-heads``: thresholds for a heads file (plguard.evals.heads.cli).
 * ``plguard eval quality report``: the test-split comparison, no model.
 * ``plguard calibrate --model M --policy P``: the one-command path for a user's model:
   ground the bundled XSTest dev split, fit, write the calibration file.
@@ -45,24 +45,11 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     from plguard.evals.quality.fit import fit_calibrations
 
     for path in fit_calibrations(args.run, args.policies, args.out, split=args.split,
-                                 rewrite=_rewrite(args)):
+                                 rewrite=rewrite_rule(args)):
         print(path.with_suffix(".md").read_text(encoding="utf-8"))
         fitted = json.loads(path.read_text(encoding="utf-8"))["fitted_on"]
         print(f"calibration file: {path} ({fitted['n_left_out_errors']} pairs left out "
               "for errors)\n")
-    return 0
-
-
-def _cmd_fit_heads(args: argparse.Namespace) -> int:
-    from plguard.cli import config_from_args
-    from plguard.evals.heads.thresholds import fit_heads_thresholds
-
-    path = fit_heads_thresholds(config_from_args(args), args.heads, args.out,
-                                rewrite=_rewrite(args), progress=not args.no_progress,
-                                target=args.target, pairs_limit=args.pairs_limit)
-    print(path.with_suffix(".md").read_text(encoding="utf-8"))
-    print(f"calibration file: {path}  (use it with --set grounding.heads={args.heads} "
-          f"--set grounding.calibration={path})")
     return 0
 
 
@@ -124,25 +111,27 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         from plguard.evals.quality.fit import fit_calibrations
 
         paths = fit_calibrations(args.from_run, policies, args.out, split="dev",
-                                 rewrite=_rewrite(args))
+                                 rewrite=rewrite_rule(args))
     else:
         paths = calibrate_model(cfg, policies, Path(args.out),
                                 work=Path(args.work) if args.work else None,
                                 limit=args.limit, progress=not args.no_progress,
-                                rewrite=_rewrite(args))
+                                rewrite=rewrite_rule(args))
     for path in paths:
         print(path.with_suffix(".md").read_text(encoding="utf-8"))
         print(f"calibration file: {path}  (use it with --set grounding.calibration={path})\n")
     return 0
 
 
-def _rewrite(args: argparse.Namespace) -> RewriteRule:
+def rewrite_rule(args: argparse.Namespace) -> RewriteRule:
+    """The rewrite rule of ``--rewrite-cost``/``--rewrite-alpha`` (:func:`add_rewrite_cost`)."""
     from plguard.evals.quality.fit import RewriteRule
 
     return RewriteRule(args.rewrite_cost, args.rewrite_alpha)
 
 
-def _add_rewrite_cost(p: argparse.ArgumentParser) -> None:
+def add_rewrite_cost(p: argparse.ArgumentParser) -> None:
+    """``--rewrite-cost`` and ``--rewrite-alpha``, the over-refusal threshold's rewrite rule."""
     from plguard.evals.quality.fit import REWRITE_ALPHA, REWRITE_COST
 
     cost = checked_float("cost", lambda x: math.isfinite(x) and x >= 0, "a finite number >= 0")
@@ -157,8 +146,11 @@ def _add_rewrite_cost(p: argparse.ArgumentParser) -> None:
                    f"default {REWRITE_ALPHA:g}; 1: no test).")
 
 
-def add_quality_commands(eval_sub: Any) -> None:
-    """``plguard eval quality ground|fit|report``."""
+def add_quality_commands(eval_sub: Any) -> Any:
+    """``plguard eval quality ground|fit|report|compare``; returns its subparsers.
+
+    Other studies add their commands there (``fit-heads``: plguard.evals.heads.cli).
+    """
     from plguard.cli import add_config_options, positive_int
     from plguard.labels.splits import SPLITS
 
@@ -183,28 +175,8 @@ def add_quality_commands(eval_sub: Any) -> None:
     f.add_argument("--policies", type=csv_list, default=list(QUALITY_POLICIES))
     f.add_argument("--split", choices=SPLITS, default="dev")
     f.add_argument("--out", required=True, metavar="DIR")
-    _add_rewrite_cost(f)
+    add_rewrite_cost(f)
     f.set_defaults(func=_cmd_fit)
-
-    h = sub.add_parser("fit-heads", help="Fit thresholds for a heads file on the dev pairs, "
-                       "each scored by heads cross-fitted by prompt (not in-sample).")
-    add_config_options(h)
-    h.add_argument("--heads", required=True, metavar="FILE.json")
-    h.add_argument("--out", required=True, metavar="FILE.json")
-    h.add_argument("--target", choices=("moderation", "pairs", "both"),
-                   help="moderation: thresholds.moderation, for requests judged alone "
-                   "(each category at its worst answer), capped by the false positives on "
-                   "benign dev requests; pairs: the guard's unsafe and over-refusal "
-                   "thresholds on XSTest's dev pairs; both: all three in one file. "
-                   "Default: moderation for request-only heads, pairs otherwise.")
-    h.add_argument("--pairs-limit", type=positive_int, metavar="N",
-                   help="Score the pairs of a seeded N of XSTest's dev prompts only (of 135, "
-                   "5 answers each): a larger model's zero-shot questions on every pair take "
-                   "hours on a CPU. Every dev item still trains the cross-fitted heads. "
-                   "Default: all.")
-    h.add_argument("--no-progress", action="store_true")
-    _add_rewrite_cost(h)
-    h.set_defaults(func=_cmd_fit_heads)
 
     r = sub.add_parser("report", help="Test-split comparison of policies, the one-question "
                        "classifier and the judge (no model).")
@@ -230,6 +202,7 @@ def add_quality_commands(eval_sub: Any) -> None:
     c.add_argument("--bootstrap", type=positive_int, default=N_BOOT)
     c.add_argument("--out", metavar="FILE.md", help="Also write the table here (and .json).")
     c.set_defaults(func=_cmd_compare)
+    return sub
 
 
 def add_calibrate_command(subparsers: Any) -> None:
@@ -254,7 +227,7 @@ def add_calibrate_command(subparsers: Any) -> None:
     p.add_argument("--from-run", metavar="DIR", help="Fit from an existing `eval quality "
                    "ground` folder instead of grounding.")
     p.add_argument("--no-progress", action="store_true")
-    _add_rewrite_cost(p)
+    add_rewrite_cost(p)
     # The removed format-1 path: still parsed, so its command line gets a clear error.
     for flag in ("--labelled", "--out-file", "--test-fraction", "--seed"):
         p.add_argument(flag, help=argparse.SUPPRESS)
@@ -262,4 +235,4 @@ def add_calibrate_command(subparsers: Any) -> None:
 
 
 __all__ = ["QUALITY_POLICIES", "add_calibrate_command", "add_quality_commands",
-           "calibrate_model"]
+           "add_rewrite_cost", "calibrate_model", "rewrite_rule"]
