@@ -80,3 +80,35 @@ def test_crossfit_request_scores_are_not_in_sample():
     # A predicate without a head keeps its raw zero-shot P (sigmoid(-3)).
     k = names.index("request_seeks_code_interpreter_abuse")
     assert np.allclose(crossfit[:, k], 1 / (1 + np.exp(3.0)))
+
+
+def test_crossfit_by_source_scores_each_source_with_heads_that_never_saw_it():
+    """Joint category heads refitted per held-out source: a category only one source teaches
+    cannot be named for that source's requests (P 0), while folds of request texts, which
+    keep the source in training, do name it."""
+    from plguard.evals.hazards.thresholds import crossfit_requests
+    from plguard.heads.fit import labels_for
+    from plguard.policy import load_policy
+
+    policy = load_policy("hazards")
+    corpus = load_corpus(("ailuminate", "coconot", "coconot_plain"), "dev", 80)
+    reqs = [it for it in corpus if it.response is None]
+    ex = _Extractor(corpus, d=16)
+    names = [s.name for s in policy.predicates if s.scope == "request"]
+    labels = labels_for(policy, reqs)
+    src = np.array([it.source for it in reqs])
+    taught = [n for n in names if np.nansum(labels[n]) >= 3]
+    only_ail = [n for n in taught if np.nansum(labels[n][src != "ailuminate"]) == 0]
+    assert only_ail and len(taught) > len(only_ail)
+    heads = {n: Head("prefix", 1, "head", np.zeros(16), 0.0, (1.0, 0.0),
+                     info={"C": 1.0, "joint": taught}) for n in taught}
+    hf = HeadsFile("h.json", "0" * 12, heads, (1,), None, None, "g1", policy.id)
+    by_text = crossfit_requests(policy, ex, corpus, reqs, hf)
+    by_source = crossfit_requests(policy, ex, corpus, reqs, hf, by_source=True)
+    ail = src == "ailuminate"
+    for n in only_ail:
+        k = names.index(n)
+        assert (by_source[ail, k] == 0.0).all() and (by_text[ail, k] > 0.0).all()
+    # A category the other sources teach is still scored for ailuminate's requests.
+    other = [n for n in taught if n not in only_ail]
+    assert (by_source[np.ix_(ail, [names.index(n) for n in other])] > 0.0).any()

@@ -50,11 +50,17 @@ def text_fold(request: str, folds: int = FOLDS, seed: int = SEED) -> int:
 
 
 def crossfit_requests(policy: Any, ex: Extractor, corpus: Sequence[CorpusItem],
-                      items: Sequence[CorpusItem], hf: HeadsFile, folds: int = FOLDS
+                      items: Sequence[CorpusItem], hf: HeadsFile, folds: int = FOLDS,
+                      by_source: bool = False, in_sample: dict[str, int] | None = None
                       ) -> np.ndarray:
     """``[len(items), request predicates]``: P per predicate, headed ones cross-fitted.
 
     A predicate without a head keeps its zero-shot P(True) (no fitting involved).
+    ``by_source``: each source is a fold, so every item is scored by heads refitted without
+    its source (what a source nobody trained on meets). A category no other source teaches
+    then scores 0 for it (a head that never saw the category cannot name it), and a
+    non-joint head whose other sources lack a class keeps its in-sample P (``in_sample``,
+    when given, counts those items per predicate).
     """
     from plguard.evals.hazards.report import REQUEST_READOUTS, request_matrix
     from plguard.heads.fit import fold_head, labels_for
@@ -63,8 +69,15 @@ def crossfit_requests(policy: Any, ex: Extractor, corpus: Sequence[CorpusItem],
     out = request_matrix(policy, ex, items, hf)  # zero-shot columns (and in-sample heads)
     requests = [it for it in corpus if it.response is None]
     labels = labels_for(policy, requests)
-    fold_tr = np.array([text_fold(it.request, folds) for it in requests])
-    fold_ev = np.array([text_fold(it.request, folds) for it in items])
+    if by_source:
+        names_src = sorted({it.source for it in (*requests, *items)})
+        fold_tr = np.array([names_src.index(it.source) for it in requests])
+        fold_ev = np.array([names_src.index(it.source) for it in items])
+        folds = len(names_src)
+    else:
+        fold_tr = np.array([text_fold(it.request, folds) for it in requests])
+        fold_ev = np.array([text_fold(it.request, folds) for it in items])
+
     names = [s.name for s in specs]
     joint: list[str] = []
     for spec in specs:
@@ -97,8 +110,12 @@ def crossfit_requests(policy: Any, ex: Extractor, corpus: Sequence[CorpusItem],
         for k in range(folds):
             at = fold_ev == k
             if at.any():
-                jm = JointModel(X_tr[fold_tr != k], Y[fold_tr != k], float(head.info["C"]))
-                out[np.ix_(at, cols)] = jm.proba(X_ev[at])
+                Yk = Y[fold_tr != k]
+                taught = [j for j in range(Y.shape[1]) if np.nansum(Yk[:, j]) > 0]
+                out[np.ix_(at, cols)] = 0.0  # untaught categories (by source only)
+                if taught:
+                    jm = JointModel(X_tr[fold_tr != k], Yk[:, taught], float(head.info["C"]))
+                    out[np.ix_(at, [cols[j] for j in taught])] = jm.proba(X_ev[at])
     for c, spec in enumerate(specs):
         head = hf.heads.get(spec.name)
         if head is None or spec.name in joint:
@@ -111,6 +128,10 @@ def crossfit_requests(policy: Any, ex: Extractor, corpus: Sequence[CorpusItem],
             tr = known & (fold_tr != k)
             at = fold_ev == k
             if not at.any():
+                continue
+            if min(int(y[tr].sum()), int((1 - y[tr]).sum())) < 2:  # a class left with k
+                if in_sample is not None:
+                    in_sample[spec.name] = in_sample.get(spec.name, 0) + int(at.sum())
                 continue
             model, platt = fold_head(X_tr[tr], y[tr].astype(int), C)
             z = model.decision_function(X_ev[at])
@@ -156,14 +177,22 @@ def pick_threshold(strongest: np.ndarray, groups: Sequence[str], max_fp: float =
 def request_threshold_document(policy: Any, ex: Extractor, corpus: Sequence[CorpusItem],
                                items: Sequence[CorpusItem], hf: HeadsFile,
                                identity: Mapping[str, Any], max_fp: float = MAX_FP,
-                               folds: int = FOLDS) -> dict[str, Any]:
-    """The calibration document (the unsafe threshold) of request heads ``hf``."""
+                               folds: int = FOLDS, by_source: bool = False) -> dict[str, Any]:
+    """The calibration document (the unsafe threshold) of request heads ``hf``.
+
+    ``by_source``: scored by heads refitted without each item's source
+    (:func:`crossfit_requests`), so each benign group's rate is that of a source the heads
+    never saw.
+    """
     from plguard.calibration import heads_calibration_header
     from plguard.evals.hazards.metrics import category_matrix, detection, worst_case_matrix
     from plguard.evals.quality.report import fast_auroc
 
     names = [s.name for s in policy.predicates if s.scope == "request"]
-    probs = crossfit_requests(policy, ex, corpus, items, hf, folds)
+    in_sample: dict[str, int] = {}
+    probs = crossfit_requests(policy, ex, corpus, items, hf, folds, by_source, in_sample)
+    how = ("by source: each source scored by heads refitted without it" if by_source else
+           f"over {folds} folds of request texts")
     rules = worst_case_matrix(policy, probs, names)
     strongest = np.max(np.stack(list(rules.values())), axis=0)
     groups = [it.fields["group"] for it in items]
@@ -175,9 +204,11 @@ def request_threshold_document(policy: Any, ex: Extractor, corpus: Sequence[Corp
         **heads_calibration_header(policy.id, identity, ex.grounder.template_version, hf.path),
         "fitted_on": {"split": ["dev"], "n_requests": len(items),
                       "targets": "hazardous dev requests (AILuminate, CoCoNot categories) "
-                                 "against benign ones, each scored by heads cross-fitted "
-                                 f"over {folds} folds of request texts (readout, layer and "
-                                 "strength as the heads file chose them on all of dev)",
+                                 f"against benign ones, each scored by heads cross-fitted {how} "
+                                 "(readout, layer and strength as the heads file chose them "
+                                 "on all of dev)",
+                      "held_out": "source" if by_source else "text",
+                      **({"in_sample": in_sample} if in_sample else {}),
                       "rule": f"lowest threshold flagging at most {max_fp:.0%} of each "
                               f"benign group of {', '.join(CAPPED)}",
                       "crossfit_auroc": {"hazardous_vs_benign": fast_auroc(haz, strongest)},
@@ -204,8 +235,8 @@ def request_threshold_document(policy: Any, ex: Extractor, corpus: Sequence[Corp
 
 def fit_request_thresholds(backend: Any, config: Any, hf: HeadsFile, out: Path | None, *,
                            max_fp: float = MAX_FP, folds: int = FOLDS,
-                           items_per_group: int | None = None, progress: bool = True
-                           ) -> dict[str, Any]:
+                           items_per_group: int | None = None, progress: bool = True,
+                           by_source: bool = False) -> dict[str, Any]:
     """The request-threshold calibration of ``hf`` (features extracted if missing).
 
     Written to ``out`` unless it is None; ``items_per_group``: a seeded sample of the dev
@@ -239,7 +270,7 @@ def fit_request_thresholds(backend: Any, config: Any, hf: HeadsFile, out: Path |
                                               progress=progress)
         ex.run(items, progress=progress)
         doc = request_threshold_document(policy, ex, corpus, items, hf,
-                                         backend_identity(backend), max_fp, folds)
+                                         backend_identity(backend), max_fp, folds, by_source)
     finally:
         ex.store.close()
     if out is not None:

@@ -18,7 +18,8 @@ def _cmd_fit_heads(args: argparse.Namespace) -> int:
 
     path = fit_heads_thresholds(config_from_args(args), args.heads, args.out,
                                 rewrite=rewrite_rule(args), progress=not args.no_progress,
-                                target=args.target, pairs_limit=args.pairs_limit)
+                                target=args.target, pairs_limit=args.pairs_limit,
+                                held_out=args.held_out)
     print(path.with_suffix(".md").read_text(encoding="utf-8"))
     print(f"calibration file: {path}  (use it with --set grounding.heads={args.heads} "
           f"--set grounding.calibration={path})")
@@ -46,6 +47,11 @@ def add_fit_heads_command(quality_sub: Any) -> None:
                    "5 answers each): a larger model's zero-shot questions on every pair take "
                    "hours on a CPU. Every dev item still trains the cross-fitted heads. "
                    "Default: all.")
+    h.add_argument("--held-out", choices=("text", "source"), default="text",
+                   help="How the moderation threshold's dev requests are scored: by heads "
+                   "cross-fitted over folds of request texts (text, the default), or by heads "
+                   "refitted without each request's source (source: the benign rates of a "
+                   "source the heads never saw).")
     h.add_argument("--no-progress", action="store_true")
     add_rewrite_cost(h)
     h.set_defaults(func=_cmd_fit_heads)

@@ -244,7 +244,7 @@ def threshold_document(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
 def fit_heads_thresholds(config: Any, heads: str | Path, out: str | Path, *,
                          rewrite: Any = None, folds: int = FOLDS, backend: Any = None,
                          progress: bool = True, target: str | None = None,
-                         pairs_limit: int | None = None) -> Path:
+                         pairs_limit: int | None = None, held_out: str = "text") -> Path:
     """Write the thresholds calibration of heads file ``heads`` for ``config``'s grounder.
 
     ``target`` "moderation": the threshold of requests judged alone
@@ -252,7 +252,9 @@ def fit_heads_thresholds(config: Any, heads: str | Path, out: str | Path, *,
     dev pairs; "both": one file with all three; None: moderation for request-only heads,
     else pairs. ``pairs_limit``: score the pairs of a seeded N of XSTest's dev prompts
     only (a large model's zero-shot questions on all 675 pairs take hours on a CPU);
-    every dev item still trains the cross-fitted heads.
+    every dev item still trains the cross-fitted heads. ``held_out`` "source": the
+    moderation threshold's requests are scored by heads refitted without their source, not
+    by folds of request texts (the pairs keep their prompt folds).
 
     The corpus is the one the heads were trained on (sources and per-source limit from the
     file's ``training`` record); missing features are extracted (cached, resumable).
@@ -269,6 +271,8 @@ def fit_heads_thresholds(config: Any, heads: str | Path, out: str | Path, *,
     from plguard.records.store import write_json_atomic
 
     hf = load_heads(heads)
+    if held_out not in ("text", "source"):
+        raise ConfigError(f"held_out '{held_out}': use text or source")
     if target not in (None, *TARGETS):
         raise ConfigError(f"threshold target '{target}': use {', '.join(TARGETS)}")
     if target is None:
@@ -283,7 +287,8 @@ def fit_heads_thresholds(config: Any, heads: str | Path, out: str | Path, *,
     mod = None
     if target in ("moderation", "both"):
         gb = gb or load_backend(config.grounder_model)
-        mod = fit_request_thresholds(gb, config, hf, None, folds=folds, progress=progress)
+        mod = fit_request_thresholds(gb, config, hf, None, folds=folds, progress=progress,
+                                     by_source=held_out == "source")
         if target == "moderation":
             path.parent.mkdir(parents=True, exist_ok=True)
             write_json_atomic(path, mod)
