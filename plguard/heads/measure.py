@@ -38,6 +38,7 @@ def scores_by_source(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
         raise ValueError(f"the heads file reads layers {list(hf.layers)}, the extractor "
                          f"{list(ex.layers)}: extract the file's layers")
     out: dict[str, dict[str, float]] = {}
+    all_pairs = pairs_of(items)
     for spec in policy.predicates:
         h = hf.heads.get(spec.name)
         if h is None:
@@ -47,42 +48,35 @@ def scores_by_source(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
         idx = [i for i, it in enumerate(items)
                if (it.response is not None) == want_resp and not math.isnan(y_all[i])
                and "augmented" not in it.fields]
-        pairs = pairs_of(items) if spec.name in pairwise and want_resp else []
+        pairs = all_pairs if spec.name in pairwise and want_resp else []
         block = ex.grounder.question_block(spec, spec.question)
         j = ex.layers.index(h.layer)
-
-        def key(it: CorpusItem, readout: str = h.readout, block: str = block) -> str:
-            return (ex.question_key(it, block) if readout == "question"
-                    else ex.state_key(it, readout))
-
         used = sorted({*idx, *(i for p in pairs for i in p)})
-        keys = {i: key(items[i]) for i in used}
+        keys = {i: ex.question_key(items[i], block) if h.readout == "question"
+                else ex.state_key(items[i], h.readout) for i in used}
+        # mode "both" adds the zero-shot logit of the main question to the state's score.
         qkeys = {i: ex.question_key(items[i], block) for i in used} if h.mode == "both" \
             else {}
-        feats = ex.store.get([*keys.values(), *qkeys.values()])
-        missing = [k for k in (*keys.values(), *qkeys.values()) if k not in feats]
-        if missing:
-            raise ValueError(f"{len(missing)} states of {spec.name} are not stored; run the "
-                             "extraction first")
-
-        def score(i: int, h: Any = h, j: int = j, feats: Any = feats, keys: Any = keys,
-                  qkeys: Any = qkeys) -> float:
-            z = None
-            if i in qkeys:
-                f = feats[qkeys[i]]
-                z = f.logprob_true - f.logprob_false
-            return float(h.score(np.asarray(feats[keys[i]].states[j], dtype=np.float64), z))
-
+        wanted = [*keys.values(), *qkeys.values()]
+        feats = ex.store.get(wanted)
+        if len(feats) < len(set(wanted)):
+            raise ValueError(f"{len(set(wanted)) - len(feats)} states of {spec.name} are not "
+                             "stored; run the extraction first")
+        scores = {}
+        for i in used:
+            q = feats[qkeys[i]] if i in qkeys else None
+            z = None if q is None else q.logprob_true - q.logprob_false
+            scores[i] = float(h.score(np.asarray(feats[keys[i]].states[j], dtype=np.float64),
+                                      z))
         y = y_all[idx].astype(int)
         groups = np.array([items[i].source for i in idx])
-        pgroups = np.array([items[i].source for i in (p[0] for p in pairs)])
+        pgroups = np.array([items[p[0]].source for p in pairs])
         empty = np.zeros((0, 1))
         d = Data(np.zeros((len(idx), 1)), y, groups, empty, empty, pgroups)
-        sc = Scored(np.array([score(i) for i in idx]),
-                    np.array([score(p[0]) for p in pairs]),
-                    np.array([score(p[1]) for p in pairs]))
+        sc = Scored(np.array([scores[i] for i in idx]),
+                    np.array([scores[p[0]] for p in pairs]),
+                    np.array([scores[p[1]] for p in pairs]))
         out[spec.name] = {k: round(v, 4) for k, v in heldout_metrics(d, sc).items()}
     return out
-
 
 __all__ = ["scores_by_source"]

@@ -68,8 +68,7 @@ def main() -> None:
                                           for s in sorted({it.source for it in items})},
            "forwarded": forwarded, "files": {}}
     for name, hf in files.items():
-        with open(hf.path) as f:
-            trained = json.load(f).get("training", {})
+        trained = hf.training
         doc["files"][name] = {
             "path": hf.path, "sha256_12": hf.digest,
             "trained_on": trained.get("sources", []) + (["drafts"] if "drafts" in trained

@@ -77,7 +77,6 @@ def crossfit_requests(policy: Any, ex: Extractor, corpus: Sequence[CorpusItem],
     else:
         fold_tr = np.array([text_fold(it.request, folds) for it in requests])
         fold_ev = np.array([text_fold(it.request, folds) for it in items])
-
     names = [s.name for s in specs]
     joint: list[str] = []
     for spec in specs:
