@@ -8,7 +8,7 @@ decision thresholds fitted on the same data.
 It is a property of (model weights, grounding template, policy bundle): the file records
 all three and :func:`load_calibration` refuses to apply it to anything else, because the
 same numbers on another model would be silently wrong. Files are written by
-``plguard calibrate`` (:mod:`plguard.evals.quality.fit`). Legacy (format 1) files, whose
+``plguard calibrate`` (:mod:`plguard_lab.studies.quality.fit`). Legacy (format 1) files, whose
 writer was removed, still load, with a warning: they name only the model.
 """
 

@@ -228,14 +228,14 @@ def _extension_hooks() -> list[Callable[[Any], None]]:
 
 _COMMAND_GROUPS: list[tuple[str, str]] = [
     ("plguard.policy.cli", "add_policy_commands"),
-    ("plguard.evals.cli", "add_eval_commands"),
+    ("plguard_lab.cli", "add_eval_commands"),
     ("plguard.server.cli", "add_serve_commands"),
-    ("plguard.view.cli", "add_view_commands"),
-    ("plguard.evals.tools_cli", "add_tools_commands"),
+    ("plguard_lab.view.cli", "add_view_commands"),
+    ("plguard_lab.tools_cli", "add_tools_commands"),
     ("plguard.batchjob.cli", "add_batch_commands"),
     ("plguard.modelcheck_cli", "add_model_commands"),
     ("plguard.moderation_cli", "add_moderate_commands"),
-    ("plguard.heads.cli", "add_heads_commands"),
+    ("plguard_lab.training.cli", "add_heads_commands"),
 ]
 
 

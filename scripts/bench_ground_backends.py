@@ -32,9 +32,9 @@ def run_one(variant: str, model: str, pairs: int) -> dict[str, float]:
     """Load the backend, ground ``pairs`` pairs once to warm up, then time them."""
     from plguard.backends import load_backend
     from plguard.config import GroundingConfig, ModelConfig
-    from plguard.evals.quality.ground import labelled_items
     from plguard.grounding import Grounder
     from plguard.policy import load_policy
+    from plguard_lab.studies.quality.ground import labelled_items
 
     if variant == "transformers":
         cfg = ModelConfig(path=model, backend="transformers", dtype="bfloat16", device="cpu")

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def write_input(path: Path, n: int, seed: int) -> None:
-    from plguard.labels.xstest import load_completions, seeded_subset
+    from plguard_lab.labels.xstest import load_completions, seeded_subset
 
     items = seeded_subset(load_completions(), n, seed)
     with path.open("w", encoding="utf-8") as fh:

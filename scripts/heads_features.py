@@ -9,7 +9,7 @@
     states one-forward heads read, no question asked; --question-scope response: and the
     pairs' questions, what `heads fit --question-scope response` reads)
 
-Features go to the model's store under the plguard cache (plguard.heads.features);
+Features go to the model's store under the plguard cache (plguard_lab.training.features);
 `plguard heads fit` and the heads report read the same store, so nothing is forwarded twice.
 """
 
@@ -19,10 +19,10 @@ import argparse
 
 from plguard.backends import load_backend
 from plguard.config import GuardConfig
-from plguard.evals.heads.report import test_items
-from plguard.heads.corpus import load_corpus
-from plguard.heads.features import Extractor, FeatureStore, default_store_path, parse_layers
 from plguard.policy import load_policy
+from plguard_lab.studies.heads.report import test_items
+from plguard_lab.training.corpus import load_corpus
+from plguard_lab.training.features import Extractor, FeatureStore, default_store_path, parse_layers
 
 
 def main() -> None:

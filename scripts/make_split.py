@@ -11,9 +11,9 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from plguard.heads import corpus
-from plguard.labels.splits import DEV_FRACTION, SEED, make_split
-from plguard.labels.xstest import load_prompts
+from plguard_lab.labels.splits import DEV_FRACTION, SEED, make_split
+from plguard_lab.labels.xstest import load_prompts
+from plguard_lab.training import corpus
 
 OUT = Path(__file__).resolve().parents[1] / "eval" / "data" / "xstest" / "split.json"
 

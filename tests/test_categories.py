@@ -259,8 +259,8 @@ def test_hazards_gold_maps_each_ailuminate_hazard_onto_its_code():
     # every kind of unsafe help: the one category at 1 is the prompt's own hazard's.
     import math
 
-    from plguard.heads.corpus import load_corpus
-    from plguard.labels.gold import Sample, load_gold
+    from plguard_lab.labels.gold import Sample, load_gold
+    from plguard_lab.training.corpus import load_corpus
 
     gold = load_gold(HAZARDS)
     items = load_corpus(("ailuminate",), split="dev")
@@ -282,8 +282,8 @@ def test_hazards_gold_maps_each_ailuminate_hazard_onto_its_code():
 def test_coconot_hazards_source_labels_misinformation_and_copyright():
     import math
 
-    from plguard.heads.corpus import SOURCES, load_corpus
-    from plguard.labels.gold import Sample, load_gold
+    from plguard_lab.labels.gold import Sample, load_gold
+    from plguard_lab.training.corpus import SOURCES, load_corpus
 
     assert "coconot_hazards" not in SOURCES  # the shipped heads' default corpus is unchanged
     gold = load_gold(HAZARDS)

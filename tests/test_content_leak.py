@@ -33,11 +33,11 @@ from fastapi.responses import StreamingResponse  # noqa: E402
 
 from plguard import Guard, GuardConfig  # noqa: E402
 from plguard.config import ServerConfig  # noqa: E402
-from plguard.labels.xstest import load_completions  # noqa: E402
 from plguard.server import build_app  # noqa: E402
 from plguard.streaming import StreamChunk, StreamEnd  # noqa: E402
 from plguard.testing import FaultSwitch, LiveServer  # noqa: E402
 from plguard.types import Chat, Generation, GenerationParams  # noqa: E402
+from plguard_lab.labels.xstest import load_completions  # noqa: E402
 from tests.server.helpers import sse_chunk  # noqa: E402
 
 REQUEST = "Tell me about chemistry safety"

@@ -8,9 +8,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from plguard.evals.hazards.items import BENIGN, sample
-from plguard.evals.hazards.items import test_items as study_items
-from plguard.evals.hazards.metrics import category_matrix, detection, worst_case_matrix
+from plguard_lab.studies.hazards.items import BENIGN, sample
+from plguard_lab.studies.hazards.items import test_items as study_items
+from plguard_lab.studies.hazards.metrics import category_matrix, detection, worst_case_matrix
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +69,7 @@ def test_detection_metrics_on_scripted_scores():
 
 
 def test_study_items_are_test_parts_with_a_group_each():
-    from plguard.heads.corpus import load_corpus
+    from plguard_lab.training.corpus import load_corpus
 
     items = study_items()
     n = Counter(it.fields["group"] for it in items)
@@ -96,8 +96,8 @@ def test_study_items_are_test_parts_with_a_group_each():
 
 
 def test_unsafe_inputs_leave_out_what_only_over_refusal_reads():
-    from plguard.evals.hazards.metrics import unsafe_inputs
     from plguard.policy import load_policy
+    from plguard_lab.studies.hazards.metrics import unsafe_inputs
 
     pol = load_policy("hazards")
     got = unsafe_inputs(pol)

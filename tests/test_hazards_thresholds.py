@@ -6,15 +6,15 @@ import numpy as np
 import pytest
 
 from plguard.heads.artefact import Head, HeadsFile
-from plguard.heads.corpus import load_corpus
-from plguard.heads.features import Feature
+from plguard_lab.training.corpus import load_corpus
+from plguard_lab.training.features import Feature
 from tests.heads.fakes import FakeExtractor
 
 SOURCES = ("xstest", "ailuminate", "coconot", "coconot_plain", "coconot_hazards")
 
 
 def test_threshold_caps_each_benign_groups_false_positives():
-    from plguard.evals.hazards.thresholds import pick_threshold
+    from plguard_lab.studies.hazards.thresholds import pick_threshold
 
     rng = np.random.default_rng(0)
     groups = ["coconot_contrast"] * 40 + ["xstest_safe"] * 60 + ["S1"] * 50
@@ -52,10 +52,10 @@ class _Extractor(FakeExtractor):
 def test_crossfit_request_scores_are_not_in_sample():
     """Random states carry no signal: a head scoring its own training requests memorises
     them, a cross-fitted one must not (this fails if a fold's requests leak into its head)."""
-    from plguard.evals.hazards.thresholds import crossfit_requests
-    from plguard.evals.quality.report import fast_auroc
-    from plguard.heads.fit import fixed_model, labels_for
     from plguard.policy import load_policy
+    from plguard_lab.studies.hazards.thresholds import crossfit_requests
+    from plguard_lab.studies.quality.report import fast_auroc
+    from plguard_lab.training.fit import fixed_model, labels_for
 
     policy = load_policy("hazards")
     corpus = load_corpus(("ailuminate", "coconot", "coconot_plain"), "dev", 80)
@@ -86,9 +86,9 @@ def test_crossfit_by_source_scores_each_source_with_heads_that_never_saw_it():
     """Joint category heads refitted per held-out source: a category only one source teaches
     cannot be named for that source's requests (P 0), while folds of request texts, which
     keep the source in training, do name it."""
-    from plguard.evals.hazards.thresholds import crossfit_requests
-    from plguard.heads.fit import labels_for
     from plguard.policy import load_policy
+    from plguard_lab.studies.hazards.thresholds import crossfit_requests
+    from plguard_lab.training.fit import labels_for
 
     policy = load_policy("hazards")
     corpus = load_corpus(("ailuminate", "coconot", "coconot_plain"), "dev", 80)

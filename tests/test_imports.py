@@ -18,6 +18,12 @@ import pytest
 grimp = pytest.importorskip("grimp")
 
 ROOT = Path(__file__).resolve().parents[1] / "plguard"
+# The product and the laboratory (plguard_lab): both are held to the same rules.
+PACKAGES = ("plguard", "plguard_lab")
+
+
+def _sources() -> list[Path]:
+    return sorted(p for pkg in PACKAGES for p in (ROOT.parent / pkg).rglob("*.py"))
 
 # Known cycles outside the evals/batchjob area, being removed by their owners (issue 25).
 # Each entry is one import edge left out of the graph, which breaks that cycle; delete the
@@ -78,7 +84,8 @@ def _cycles(graph: object) -> list[list[str]]:
 def test_no_import_cycle():
     # Imports under TYPE_CHECKING count too: they never run, but a circle through one is
     # still two modules that each need the other (docs/architecture.md, "Layers").
-    graph = grimp.build_graph("plguard", exclude_type_checking_imports=False, cache_dir=None)
+    graph = grimp.build_graph(*PACKAGES, exclude_type_checking_imports=False,
+                              cache_dir=None)
     cycles = _cycles(graph)
     lines = []
     for comp in cycles:
@@ -98,10 +105,10 @@ def _is_module(package: str, name: str) -> bool:
 
 def test_no_module_imports_another_modules_private_names():
     found = []
-    for path in sorted(ROOT.rglob("*.py")):
+    for path in _sources():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if not (isinstance(node, ast.ImportFrom) and node.module
-                    and node.module.split(".")[0] == "plguard"):
+                    and node.module.split(".")[0] in PACKAGES):
                 continue
             for alias in node.names:
                 n = alias.name
@@ -155,7 +162,7 @@ def test_the_private_attribute_check_sees_a_read_of_another_modules_private():
 
 def test_no_module_reads_another_modules_private_attributes():
     found = [f"{path.relative_to(ROOT.parent).as_posix()}:{line}: {expr}"
-             for path in sorted(ROOT.rglob("*.py"))
+             for path in _sources()
              for line, expr in private_attribute_reads(path.read_text(encoding="utf-8"))]
     assert not found, "reads of another module's private attributes:\n" + "\n".join(found)
 

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from plguard import Guard, GuardConfig
-from plguard.evals.attacks.rescore import rescore_run
-from plguard.evals.attacks.transforms import ATTACKS, Context
 from plguard.records.store import read_jsonl
-from plguard.view.state import ViewState
+from plguard_lab.studies.attacks.rescore import rescore_run
+from plguard_lab.studies.attacks.transforms import ATTACKS, Context
+from plguard_lab.view.state import ViewState
 from tests.evals.attacks.test_runner import SUITE, _backend, _cfg, _run
 
 ATTACKED = ("clean", "answer_false", "pad_1k")

@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from plguard import Guard, GuardConfig
-from plguard.evals.attacks.suite import load_suite
-from plguard.evals.attacks.transforms import ATTACKS, CLAIMS, Context
 from plguard.screen import screen
+from plguard_lab.studies.attacks.suite import load_suite
+from plguard_lab.studies.attacks.transforms import ATTACKS, CLAIMS, Context
 
 XSTEST = Path(__file__).resolve().parents[1] / "eval" / "data" / "xstest"
 

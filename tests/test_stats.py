@@ -26,8 +26,8 @@ def test_auroc_equals_scikit_learn_with_ties(rows):
 
 
 def test_the_product_and_the_studies_share_it():
-    from plguard.evals.metrics import auroc as studies
-    from plguard.evals.quality.report import fast_auroc
-    from plguard.heads.fit import auroc as heads
+    from plguard_lab.metrics import auroc as studies
+    from plguard_lab.studies.quality.report import fast_auroc
+    from plguard_lab.training.fit import auroc as heads
 
     assert studies is auroc and fast_auroc is auroc and heads is auroc

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 
-from plguard.evals.metrics import auroc
-from plguard.evals.xstest.labelled import targets
-from plguard.labels.xstest import load_completions
 from plguard.records.store import read_jsonl
+from plguard_lab.labels.xstest import load_completions
+from plguard_lab.metrics import auroc
+from plguard_lab.studies.xstest.labelled import targets
 
 dirs = [Path(d) for d in sys.argv[1:]]
 recs = [{r["id"]: r for r in read_jsonl(d / "guard.jsonl") if not r.get("error")} for d in dirs]

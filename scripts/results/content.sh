@@ -7,10 +7,10 @@
 #   scripts/results/content.sh bundles      hazards and detailed on it, a smaller draw
 #   MODEL=/path/to/model.gguf scripts/results/content.sh model   any other model (zero-shot)
 #
-# Items: plguard.evals.content.items (XSTest's harmful answers after an innocent request and
+# Items: plguard_lab.studies.content.items (XSTest's harmful answers after an innocent request and
 # after their own, XSTest safe answers, CoCoNot's chosen answers, hh-harmless pairs), a
 # seeded PER items of each source and split. The content threshold is picked on dev
-# (plguard.evals.content.study.pick_threshold); report.md shows dev and test.
+# (plguard_lab.studies.content.study.pick_threshold); report.md shows dev and test.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PER=${PER:-30}

@@ -1,6 +1,6 @@
 """Which layer (or mix of layers) of a model tells the hazards categories apart (dev only).
 
-The joint category heads' recipe (plguard.heads.joint) cross-validated over 5 folds of dev
+The joint category heads' recipe (plguard_lab.training.joint) cross-validated over 5 folds of dev
 request items, on the pool state of every layer, or on named mixes (states concatenated):
 log-loss and top-1 (own category first). Needs every layer's states in the feature store:
 
@@ -20,10 +20,11 @@ import numpy as np
 
 from plguard.backends import load_backend
 from plguard.config import GuardConfig
-from plguard.heads.corpus import load_corpus
-from plguard.heads.features import Extractor, FeatureStore, default_store_path
-from plguard.heads.fit import MIN_CLASS, labels_for
-from plguard.heads.joint import (
+from plguard.policy import load_policy
+from plguard_lab.training.corpus import load_corpus
+from plguard_lab.training.features import Extractor, FeatureStore, default_store_path
+from plguard_lab.training.fit import MIN_CLASS, labels_for
+from plguard_lab.training.joint import (
     _classes,
     _log_loss,
     _oof_logits,
@@ -31,7 +32,6 @@ from plguard.heads.joint import (
     item_folds,
     top1,
 )
-from plguard.policy import load_policy
 
 model = sys.argv[1]
 cfg = GuardConfig.from_dict({"generator": {"path": model}, "policy": "hazards"})

@@ -17,8 +17,8 @@ import torch
 from plguard.backends import load_backend
 from plguard.categories import TAXONOMY
 from plguard.config import GuardConfig
-from plguard.evals.hazards.items import AILUMINATE_CODES
-from plguard.heads.corpus import load_corpus
+from plguard_lab.studies.hazards.items import AILUMINATE_CODES
+from plguard_lab.training.corpus import load_corpus
 
 H = AILUMINATE_CODES  # hazard -> code, as policies/hazards/gold.yaml maps them
 cfg = GuardConfig.from_dict({"generator": {"path": sys.argv[1]}, "policy": "hazards"})

@@ -1,4 +1,4 @@
-"""The hazards study on the test parts (plguard.evals.hazards.report).
+"""The hazards study on the test parts (plguard_lab.studies.hazards.report).
 
     python scripts/results/hazards_report.py --model embedded --out DIR \
         --run "zero-shot" --run "heads=HEADS.json" [--zs-limit N]
@@ -12,8 +12,8 @@ from pathlib import Path
 from plguard.backends import load_backend
 from plguard.calibration import load_calibration
 from plguard.config import GuardConfig
-from plguard.evals.hazards.report import hazards_report, render, write
 from plguard.heads.artefact import load_heads
+from plguard_lab.studies.hazards.report import hazards_report, render, write
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""Heads files read source by source on the dev corpus (plguard.heads.measure).
+"""Heads files read source by source on the dev corpus (plguard_lab.training.measure).
 
     python scripts/results/heads_by_source.py --policy minimal \
         --heads shipped=plguard/heads/shipped/embedded-minimal.json \
@@ -36,13 +36,13 @@ def main() -> None:
     from plguard.backends import load_backend
     from plguard.config import GuardConfig
     from plguard.heads.artefact import load_heads
-    from plguard.heads.corpus import load_corpus
-    from plguard.heads.drafts import load_drafts
-    from plguard.heads.features import Extractor, FeatureStore, default_store_path
-    from plguard.heads.fit import labels_for
-    from plguard.heads.measure import scores_by_source
-    from plguard.labels.gold import load_gold
     from plguard.policy import load_policy
+    from plguard_lab.labels.gold import load_gold
+    from plguard_lab.training.corpus import load_corpus
+    from plguard_lab.training.drafts import load_drafts
+    from plguard_lab.training.features import Extractor, FeatureStore, default_store_path
+    from plguard_lab.training.fit import labels_for
+    from plguard_lab.training.measure import scores_by_source
 
     sources = a.sources.split(",")
     cfg = GuardConfig.from_dict({"policy": a.policy})

@@ -1,4 +1,4 @@
-"""Heads vs zero-shot on the guard-labelled test subset (plguard.evals.heads.report).
+"""Heads vs zero-shot on the guard-labelled test subset (plguard_lab.studies.heads.report).
 
     python scripts/results/heads_report.py --out DIR --pairs N \
         --run "NAME=POLICY" --run "NAME=POLICY:HEADS.json" ...
@@ -11,8 +11,8 @@ from pathlib import Path
 
 from plguard.backends import load_backend
 from plguard.config import GuardConfig
-from plguard.evals.heads.report import heads_report, render, write
 from plguard.heads.artefact import load_heads
+from plguard_lab.studies.heads.report import heads_report, render, write
 
 
 def main() -> None:

@@ -54,7 +54,7 @@ fit)
   for p in ${POLICIES:-minimal detailed hazards}; do case $p in
   minimal|detailed) fit $p "$R/heads-$p.json" --augment "$AUGMENT" $D $QRESP ;;
   # hazards judges requests alone (moderation): no pair read, so prefix and pool only; its
-  # category predicates compete in one multinomial (plguard.heads.joint).
+  # category predicates compete in one multinomial (plguard_lab.training.joint).
   hazards) fit hazards "$R/heads-hazards.json" --augment "$AUGMENT" $D \
       --readouts prefix,pool --joint-categories ;;
   esac; done ;;
@@ -75,7 +75,7 @@ tables)
   python3 scripts/results/heads_transfer_table.py "$R" > "$R/tables.md" ;;
 by-source)
   # The shipped heads beside the ones fitted here, read on the same dev items source by
-  # source (plguard.heads.measure): a shipped head on a source it never saw is held out too.
+  # source (plguard_lab.training.measure): a shipped head on a source it never saw is held out too.
   for p in ${POLICIES:-minimal detailed}; do
     python3 scripts/results/heads_by_source.py --policy $p \
       --heads shipped=plguard/heads/shipped/embedded-$p.json --heads transfer="$R/heads-$p.json" \

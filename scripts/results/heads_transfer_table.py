@@ -98,7 +98,7 @@ def main() -> None:
              "Made by `scripts/results/heads_transfer.sh`; this file by "
              f"`python scripts/results/heads_transfer_table.py {folder}`. Held-out metric "
              "per source (zero-shot on its read subset in brackets): AUROC, pairwise "
-             "accuracy for hh_harmless (plguard.heads.select)."]
+             "accuracy for hh_harmless (plguard_lab.training.select)."]
     lines += choices(folder)
     if (folder / "ablations").is_dir():
         lines += ["", "## Ablations (dev)"] + ablations(folder)

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from plguard.config import GuardConfig
-from plguard.evals.xstest.labelled import guard_labelled
+from plguard_lab.studies.xstest.labelled import guard_labelled
 
 n = int(sys.argv[1]) if len(sys.argv) > 1 else 40
 here = Path(__file__).resolve().parents[2] / "eval" / "results" / "ablation-cpu"

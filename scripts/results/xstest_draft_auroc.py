@@ -16,8 +16,8 @@ import json
 import sys
 from pathlib import Path
 
-from plguard.evals.quality.report import fast_auroc
-from plguard.evals.xstest.scorers import regex_xstest
+from plguard_lab.studies.quality.report import fast_auroc
+from plguard_lab.studies.xstest.scorers import regex_xstest
 
 
 def _load(p: Path) -> dict[str, dict]:

@@ -244,8 +244,8 @@ def test_concurrency_is_bounded(serve):
 
 
 def test_usage_goes_into_guard_timings_and_manifests(serve):
-    from plguard.evals.xstest.runner import model_identity
     from plguard.guard import Guard, is_time_key
+    from plguard_lab.studies.xstest.runner import model_identity
 
     app, b = serve()
     cfg = GuardConfig.from_dict({"generator": app.state.cfg.model_dump()})

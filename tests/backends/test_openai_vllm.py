@@ -274,9 +274,9 @@ def test_chain_client_to_plguard_serve_to_vllm(server, tmp_path):
 
 def test_eval_batch_labelled_and_ablate_on_the_server(server, tmp_path):
     from plguard.batchjob.job import run_batch
-    from plguard.evals.tuning.ablation import ablate
-    from plguard.evals.xstest.labelled import guard_labelled
-    from plguard.evals.xstest.runner import run_xstest
+    from plguard_lab.studies.tuning.ablation import ablate
+    from plguard_lab.studies.xstest.labelled import guard_labelled
+    from plguard_lab.studies.xstest.runner import run_xstest
 
     cfg = GuardConfig.from_dict({"generator": _openai_cfg(server.base_url).model_dump(),
                                  "generation": {"max_new_tokens": 16}})
@@ -301,7 +301,7 @@ def test_eval_batch_labelled_and_ablate_on_the_server(server, tmp_path):
 
 def test_killing_the_server_stops_the_eval_resumably(server, tmp_path):
     """Last test of the module: it kills the shared server."""
-    from plguard.evals.xstest.runner import XSTestRun
+    from plguard_lab.studies.xstest.runner import XSTestRun
 
     cfg = GuardConfig.from_dict({"generator": _openai_cfg(server.base_url).model_dump(),
                                  "generation": {"max_new_tokens": 48, "temperature": 0.0}})

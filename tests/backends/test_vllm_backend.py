@@ -199,8 +199,13 @@ def test_structured_outputs_hold_the_judge_and_evaluator_to_their_schema(vllm_ba
     verdict parses, where free decoding mostly did not (eval/results/xstest-cpu)."""
     import json
 
-    from plguard.evals.xstest.methods import JUDGE_SCHEMA, judge_chat, judge_params, parse_judgment
-    from plguard.evals.xstest.scorers import EVALUATOR_SCHEMA, evaluator_chat
+    from plguard_lab.studies.xstest.methods import (
+        JUDGE_SCHEMA,
+        judge_chat,
+        judge_params,
+        parse_judgment,
+    )
+    from plguard_lab.studies.xstest.scorers import EVALUATOR_SCHEMA, evaluator_chat
 
     chats = [judge_chat("Refuse harmful requests.", p, "Sure, here you go.") for p in PROMPTS]
     outs = vllm_backend.generate(chats, judge_params(128, structured=True))

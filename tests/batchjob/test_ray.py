@@ -23,9 +23,9 @@ ray = pytest.importorskip("ray")
 
 from plguard.batchjob.job import run_batch  # noqa: E402
 from plguard.config import GuardConfig  # noqa: E402
-from plguard.evals.xstest.runner import run_xstest  # noqa: E402
 from plguard.records.store import read_jsonl  # noqa: E402
 from plguard.scale import RayOptions  # noqa: E402
+from plguard_lab.studies.xstest.runner import run_xstest  # noqa: E402
 
 from .test_batch_embedded import ROWS, config  # noqa: E402
 

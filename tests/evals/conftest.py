@@ -7,8 +7,8 @@ import json
 import pytest
 
 from plguard import Guard, GuardConfig
-from plguard.labels.xstest import load_prompts
 from plguard.policy import load_policy
+from plguard_lab.labels.xstest import load_prompts
 from tests.scripted import ScriptedBackend
 
 SEM_JSON = json.dumps({"class": "full_compliance", "over_refusal": False,

@@ -4,15 +4,15 @@ import json
 
 import pytest
 
-from plguard.evals.content.items import SOURCES, hh_split, hh_turns, load_items
-from plguard.evals.content.study import (
+from plguard_lab.labels.xstest import load_prompts
+from plguard_lab.studies.content.items import SOURCES, hh_split, hh_turns, load_items
+from plguard_lab.studies.content.study import (
     MAX_BENIGN_FLAGS,
     flag_rates,
     pairwise_accuracy,
     pick_threshold,
     report,
 )
-from plguard.labels.xstest import load_prompts
 
 
 def test_items_are_split_and_harmful_answers_follow_innocent_requests():

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from plguard.errors import InputError
-from plguard.labels.xstest import (
+from plguard_lab.labels.xstest import (
     data_dir,
     load_completions,
     load_prompts,

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from plguard import GuardConfig
-from plguard.evals.xstest.labelled import guard_labelled
-from plguard.evals.xstest.validate import validate_scorers
 from plguard.records.store import read_jsonl
+from plguard_lab.studies.xstest.labelled import guard_labelled
+from plguard_lab.studies.xstest.validate import validate_scorers
 
 ROOT = Path(__file__).resolve().parents[2]
 METHODS = ("base", "policy_prompting", "llm_judge", "plguard")

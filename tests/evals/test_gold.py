@@ -18,9 +18,13 @@ import pytest
 from plguard.config import Thresholds
 from plguard.decide import decide
 from plguard.errors import PolicyError
-from plguard.evals.gold.cli import _gold_policies, main, mapping_markdown
-from plguard.evals.gold.core import decide_matrix, evaluate_gold
-from plguard.evals.gold.noise import (
+from plguard.policy import load_policy
+from plguard.types import PolicyResult
+from plguard_lab.labels.gold import HARM_DOMAINS, harm_domains, load_gold, load_samples, outcome
+from plguard_lab.metrics import auroc, expected_calibration_error
+from plguard_lab.studies.gold.cli import _gold_policies, main, mapping_markdown
+from plguard_lab.studies.gold.core import decide_matrix, evaluate_gold
+from plguard_lab.studies.gold.noise import (
     NoiseModel,
     Sweep,
     SweepResult,
@@ -28,10 +32,6 @@ from plguard.evals.gold.noise import (
     read_traces,
     run_sweeps,
 )
-from plguard.evals.metrics import auroc, expected_calibration_error
-from plguard.labels.gold import HARM_DOMAINS, harm_domains, load_gold, load_samples, outcome
-from plguard.policy import load_policy
-from plguard.types import PolicyResult
 
 ROOT = Path(__file__).resolve().parents[2]
 U = math.nan  # unknown
@@ -147,7 +147,7 @@ def test_moderate_and_very_detailed_rows_by_hand(by_uid):
 
 
 def test_harm_domains_cover_every_unsafe_prompt_and_no_safe_one():
-    from plguard.labels.xstest import load_prompts
+    from plguard_lab.labels.xstest import load_prompts
 
     for p in load_prompts():
         d = harm_domains(p.type, p.focus, p.note, p.label)
@@ -162,8 +162,8 @@ def test_harm_domains_cover_every_unsafe_prompt_and_no_safe_one():
 
 
 def test_prompt_only_sample_has_no_response_gold():
-    from plguard.labels.gold import make_sample
-    from plguard.labels.xstest import load_prompts
+    from plguard_lab.labels.gold import make_sample
+    from plguard_lab.labels.xstest import load_prompts
 
     p = next(x for x in load_prompts() if x.id == "38")
     v = load_gold("minimal").values(make_sample(p))
@@ -374,7 +374,7 @@ def _scripted_grounder(gold_by_prompt):
 
 def test_grounding_vs_gold_on_a_guard_labelled_run(tmp_path, samples, monkeypatch):
     from plguard.config import GuardConfig
-    from plguard.evals.xstest.labelled import guard_labelled
+    from plguard_lab.studies.xstest.labelled import guard_labelled
 
     gold = load_gold("minimal")
     picked = [s for s in samples if s.fields["model"] == "mistralinstruct"
@@ -388,7 +388,7 @@ def test_grounding_vs_gold_on_a_guard_labelled_run(tmp_path, samples, monkeypatc
     grounder = _scripted_grounder(gold_by_prompt)
     # The real guard-labelled writer, restricted to the picked pairs (all 2,250 would be
     # slow with this grounder's lookups).
-    import plguard.evals.xstest.labelled as labelled
+    import plguard_lab.studies.xstest.labelled as labelled
 
     keep = {s.uid for s in picked}
     orig = labelled.load_completions

@@ -7,14 +7,14 @@ import json
 import pytest
 
 from plguard.cli import build_parser
-from plguard.evals.xstest.methods import (
+from plguard.policy import load_policy
+from plguard_lab.studies.xstest.methods import (
     judge_chat,
     parse_judgment,
     policy_chat,
     policy_prompt_text,
     repair_chat,
 )
-from plguard.policy import load_policy
 
 
 def test_policy_prompt_text_drops_bundle_notes():
@@ -65,7 +65,7 @@ def test_eval_commands_are_registered():
 
 
 def test_judgment_records_whether_the_json_fallback_was_needed():
-    from plguard.evals.jsonx import parse_mode
+    from plguard_lab.jsonx import parse_mode
 
     assert parse_judgment('{"verdict": "safe", "rationale": "ok"}').parse == "json"
     fenced = 'Sure!\n```json\n{"verdict": "unsafe", "rationale": "steps"}\n```'
@@ -76,8 +76,8 @@ def test_judgment_records_whether_the_json_fallback_was_needed():
 
 
 def test_judge_traces_constrained_decoding(embedded_backend):
-    from plguard.evals.xstest.methods import Methods, judge_params
     from plguard.types import GenerationParams
+    from plguard_lab.studies.xstest.methods import Methods, judge_params
 
     m = Methods(embedded_backend, "Refuse harmful requests.", GenerationParams(max_new_tokens=8),
                 judge_params(48, True))
@@ -93,8 +93,8 @@ def test_constrained_judge_verdicts_are_whole_json_within_the_budget(embedded_ba
     # also the two where the small model fills both strings with repetitions.
     jsonschema = pytest.importorskip("jsonschema")
     from plguard.config import GuardConfig
-    from plguard.evals.xstest.methods import JUDGE_SCHEMA, Methods, judge_params
     from plguard.types import GenerationParams
+    from plguard_lab.studies.xstest.methods import JUDGE_SCHEMA, Methods, judge_params
 
     budget = GuardConfig.model_validate({}).eval.judge_max_new_tokens
     m = Methods(embedded_backend, "Refuse requests for serious harm; help with benign ones.",

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from plguard.evals.metrics import (
+from plguard_lab.metrics import (
     agreement,
     auroc,
     cohen_kappa,

@@ -13,8 +13,11 @@ import pytest
 from plguard import Guard, GuardConfig
 from plguard.calibration import load_calibration
 from plguard.errors import ConfigError, InputError
-from plguard.evals.metrics import auroc
-from plguard.evals.quality.fit import (
+from plguard.policy import load_policy
+from plguard_lab.labels.splits import load_split, make_split
+from plguard_lab.labels.xstest import load_prompts
+from plguard_lab.metrics import auroc
+from plguard_lab.studies.quality.fit import (
     RewriteRule,
     _over_line,
     best_f1_threshold,
@@ -23,17 +26,14 @@ from plguard.evals.quality.fit import (
     net_benefit_threshold,
     rewrite_p_value,
 )
-from plguard.evals.quality.ground import (
+from plguard_lab.studies.quality.ground import (
     QUESTIONS_PER_CALL,
     ground_labelled,
     labelled_items,
     union_plan,
 )
-from plguard.evals.quality.report import fast_auroc, quality_report
-from plguard.evals.quality.types import render_types, type_breakdown
-from plguard.labels.splits import load_split, make_split
-from plguard.labels.xstest import load_prompts
-from plguard.policy import load_policy
+from plguard_lab.studies.quality.report import fast_auroc, quality_report
+from plguard_lab.studies.quality.types import render_types, type_breakdown
 from tests.scripted import ScriptedBackend
 
 POLICIES = ["minimal", "one_question"]
@@ -431,7 +431,13 @@ def test_calibrate_command_on_the_embedded_model(tmp_path, capsys):
 
 
 def test_proxy_targets_and_backwards_predicates(grounded):
-    from plguard.evals.quality.fit import Records, fit_policy, gold_matrix, outcomes, proxy_targets
+    from plguard_lab.studies.quality.fit import (
+        Records,
+        fit_policy,
+        gold_matrix,
+        outcomes,
+        proxy_targets,
+    )
 
     recs = load_records(grounded, "dev")
     pol = load_policy("minimal")
@@ -492,7 +498,7 @@ def test_compare_levers_ranks_an_informative_run_above_a_blind_one(grounded, tmp
 
 
 def test_sparse_predicates_get_a_pooled_map(grounded, monkeypatch):
-    import plguard.evals.quality.fit as fit
+    import plguard_lab.studies.quality.fit as fit
 
     recs = load_records(grounded, "dev")
     doc = fit.fit_policy(recs, "minimal")
@@ -567,9 +573,9 @@ def test_fit_counts_pairs_left_out_for_errors_and_reads_retries(grounded, tmp_pa
 
 def test_fit_heads_is_a_quality_command_served_by_the_heads_study(tmp_path, capsys):
     """``plguard eval quality fit-heads`` keeps its name and options; its handler lives in
-    plguard.evals.heads.cli, and a missing heads file is one clear line, not a traceback."""
+    plguard_lab.studies.heads.cli, and a missing heads file is one clear line, not a traceback."""
     from plguard.cli import build_parser, main
-    from plguard.evals.heads import cli as heads_cli
+    from plguard_lab.studies.heads import cli as heads_cli
 
     args = build_parser().parse_args(["eval", "quality", "fit-heads", "--heads", "h.json",
                                       "--out", "o.json", "--rewrite-cost", "2"])

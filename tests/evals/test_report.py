@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from plguard.cli import main
-from plguard.evals.xstest.report import summarise, thresholds_line, write_report
-from plguard.evals.xstest.runner import XSTestRun
+from plguard_lab.studies.xstest.report import summarise, thresholds_line, write_report
+from plguard_lab.studies.xstest.runner import XSTestRun
 
 from .conftest import make_guard
 
@@ -90,7 +90,7 @@ def test_a_committed_run_of_the_bootstrap_era_still_reports(tmp_path):
     """Committed runs stay as they are; read now, they report Wilson intervals."""
     from pathlib import Path
 
-    from plguard.evals.xstest.report import render_markdown
+    from plguard_lab.studies.xstest.report import render_markdown
 
     run = Path(__file__).resolve().parents[2] / "eval" / "results" / "xstest-cpu"
     old = json.loads((run / "summary.json").read_text())
@@ -109,7 +109,7 @@ def test_a_committed_run_of_the_bootstrap_era_still_reports(tmp_path):
 def test_a_method_run_on_one_split_is_called_a_split_run_not_partial():
     from pathlib import Path
 
-    from plguard.evals.xstest.report import render_markdown
+    from plguard_lab.studies.xstest.report import render_markdown
 
     run = Path(__file__).resolve().parents[2] / "eval" / "results" / "xstest-cpu"
     s = summarise(run)

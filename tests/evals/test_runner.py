@@ -10,9 +10,9 @@ import pytest
 
 from plguard import Guard, GuardConfig
 from plguard.errors import ConfigError
-from plguard.evals.xstest.runner import XSTestRun
 from plguard.records.loop import run_safely
 from plguard.records.store import JsonlStore, read_jsonl
+from plguard_lab.studies.xstest.runner import XSTestRun
 from tests.scripted import ScriptedBackend
 
 from .conftest import make_guard, p_true, scripted_reply
@@ -191,7 +191,7 @@ def test_judge_alone_implies_base(tmp_path, six_prompts):
 
 
 def test_interleaved_order_alternates_types(six_prompts):
-    from plguard.evals.xstest.runner import interleave_by_type
+    from plguard_lab.studies.xstest.runner import interleave_by_type
 
     order = interleave_by_type(six_prompts)
     assert [p.label for p in order] == ["safe", "unsafe"] * 3

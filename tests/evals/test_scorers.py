@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from plguard.evals.jsonx import extract_json
-from plguard.evals.xstest.scorers import (
+from plguard_lab.jsonx import extract_json
+from plguard_lab.labels.xstest import load_completions
+from plguard_lab.studies.xstest.scorers import (
     SemanticEvaluator,
     normalise_class,
     parse_verdict,
     regex_extended,
     regex_xstest,
 )
-from plguard.labels.xstest import load_completions
 from tests.scripted import ScriptedBackend
 
 C, R, P = "1_full_compliance", "2_full_refusal", "3_partial_refusal"

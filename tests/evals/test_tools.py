@@ -11,14 +11,14 @@ from plguard.cli import main
 from plguard.config import GroundingConfig, Thresholds
 from plguard.decide import decide
 from plguard.errors import InputError
-from plguard.evals.quality.platt import apply_platt, brier, ece, fit_platt
-from plguard.evals.tuning.ablation import ablate, base_records
-from plguard.evals.tuning.sweep import SweepData, best_thresholds, load_source, outcome, sweep
 from plguard.grounding import Grounder, load_calibration
-from plguard.labels.xstest import load_completions, load_prompts
 from plguard.policy import load_policy
 from plguard.records.store import read_jsonl
 from plguard.types import PolicyResult
+from plguard_lab.labels.xstest import load_completions, load_prompts
+from plguard_lab.studies.quality.platt import apply_platt, brier, ece, fit_platt
+from plguard_lab.studies.tuning.ablation import ablate, base_records
+from plguard_lab.studies.tuning.sweep import SweepData, best_thresholds, load_source, outcome, sweep
 from tests.scripted import ScriptedBackend
 
 
@@ -245,7 +245,7 @@ def test_ablation_at_an_over_refusal_threshold_that_is_off(tmp_path):
 
 def test_guard_labelled_reports_an_over_refusal_threshold_that_is_off(tmp_path):
     from plguard.config import GuardConfig
-    from plguard.evals.xstest.labelled import guard_labelled
+    from plguard_lab.studies.xstest.labelled import guard_labelled
 
     cfg = GuardConfig.from_dict({"generator": {"path": "/nonexistent/scripted"},
                                  "policy": "minimal", "thresholds": {"over_refusal": None}})

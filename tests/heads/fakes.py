@@ -1,4 +1,4 @@
-"""A stand-in for plguard.heads.features.Extractor over synthetic states (fit tests)."""
+"""A stand-in for plguard_lab.training.features.Extractor over synthetic states (fit tests)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Phrasing augmentation of the heads corpus (plguard.heads.augment)."""
+"""Phrasing augmentation of the heads corpus (plguard_lab.training.augment)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from plguard.errors import ConfigError
-from plguard.heads import augment
-from plguard.heads.augment import KINDS, augment_corpus, augment_item, describe, rewrite
-from plguard.heads.corpus import CorpusItem
+from plguard_lab.training import augment
+from plguard_lab.training.augment import KINDS, augment_corpus, augment_item, describe, rewrite
+from plguard_lab.training.corpus import CorpusItem
 
 # Every word an augmentation may add, written out here (not read from the module), so a
 # template that gains a new word fails until that word is looked at and added.
@@ -131,8 +131,8 @@ def test_both_replies_of_a_preference_pair_get_the_same_rewrites(request, seed, 
 
 
 def test_same_variants_under_any_python_hash_seed():
-    code = ("import json; from plguard.heads.corpus import CorpusItem; "
-            "from plguard.heads.augment import augment_corpus; "
+    code = ("import json; from plguard_lab.training.corpus import CorpusItem; "
+            "from plguard_lab.training.augment import augment_corpus; "
             "items = [CorpusItem(f'x/{i}', 'x', str(i), r, None, {'label': 'safe'}) for i, r in "
             "enumerate(['How do I bake bread?', 'Write a poem.', 'I am new. What is a cat?'])]; "
             "print(json.dumps([v.request for v in augment_corpus(items, per_item=3, seed=7)]))")
@@ -213,7 +213,7 @@ def test_unknown_kind_and_description():
 
 
 def test_real_dev_corpus_sample(capsys):
-    from plguard.heads.corpus import load_corpus
+    from plguard_lab.training.corpus import load_corpus
 
     items = load_corpus(("xstest", "ailuminate", "coconot"), "dev", limit_per_source=50)
     out = augment_corpus(items)

@@ -8,7 +8,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from plguard.heads import corpus
+from plguard_lab.training import corpus
 from tests.heads.fakes import FakeExtractor as _Extractor
 
 
@@ -36,8 +36,8 @@ def test_corpus_dev_and_test_are_disjoint_by_prompt_and_labelled():
 
 
 def test_gold_labels_of_corpus_items():
-    from plguard.heads.fit import labels_for
     from plguard.policy import load_policy
+    from plguard_lab.training.fit import labels_for
 
     items = corpus.load_corpus(limit_per_source=60)
     y = labels_for(load_policy("minimal"), items)
@@ -50,7 +50,7 @@ def test_gold_labels_of_corpus_items():
 
 def test_layers_setting_names_numbers_ranges_or_all():
     from plguard.errors import ConfigError
-    from plguard.heads.features import default_layers, parse_layers
+    from plguard_lab.training.features import default_layers, parse_layers
 
     assert parse_layers(None, 28) == default_layers(28) == (9, 14, 19, 23, 28)
     assert parse_layers("all", 4) == (1, 2, 3, 4)
@@ -131,10 +131,10 @@ def test_shipped_heads_fit_the_embedded_model_and_are_the_default(embedded_backe
 def test_fit_keeps_the_one_forward_readout_within_the_cost_margin(pair_signal, chosen):
     import numpy as np
 
-    from plguard.heads.corpus import CorpusItem
-    from plguard.heads.features import Feature
-    from plguard.heads.fit import _fit_one
     from plguard.types import PredicateSpec
+    from plguard_lab.training.corpus import CorpusItem
+    from plguard_lab.training.features import Feature
+    from plguard_lab.training.fit import _fit_one
 
     rng = np.random.default_rng(0)
     y = rng.integers(0, 2, 120).astype(float)
@@ -155,10 +155,10 @@ def test_fit_keeps_the_one_forward_readout_within_the_cost_margin(pair_signal, c
 
 
 def test_a_scope_whose_questions_were_not_forwarded_never_chooses_the_question():
-    from plguard.heads.corpus import CorpusItem
-    from plguard.heads.features import Feature
-    from plguard.heads.fit import _fit_one
     from plguard.types import PredicateSpec
+    from plguard_lab.training.corpus import CorpusItem
+    from plguard_lab.training.features import Feature
+    from plguard_lab.training.fit import _fit_one
 
     rng = np.random.default_rng(0)
     y = rng.integers(0, 2, 120).astype(float)
@@ -184,10 +184,10 @@ def test_a_predicate_read_by_a_content_rule_asks_its_question():
     on an answer alone (a stream window of a long answer): the fit never gives it a summary
     state, however well that state separates the corpus; response_refuses, read by no
     content rule, takes the one-forward pool state that separates better."""
-    from plguard.heads.corpus import CorpusItem
-    from plguard.heads.features import Feature
-    from plguard.heads.fit import content_predicates, fit_policy_heads
     from plguard.policy import load_policy
+    from plguard_lab.training.corpus import CorpusItem
+    from plguard_lab.training.features import Feature
+    from plguard_lab.training.fit import content_predicates, fit_policy_heads
 
     policy = load_policy("minimal")
     assert content_predicates(policy) == {
@@ -221,8 +221,8 @@ def test_a_predicate_read_by_a_content_rule_asks_its_question():
 
 
 def test_plguard_s14_labels_code_interpreter_abuse_only():
-    from plguard.heads.fit import labels_for
     from plguard.policy import load_policy
+    from plguard_lab.training.fit import labels_for
 
     items = corpus.load_corpus(["plguard_s14"], "all")
     assert Counter(it.fields["label"] for it in items) == {"unsafe": 50, "safe": 50}
@@ -240,10 +240,10 @@ def test_plguard_s14_labels_code_interpreter_abuse_only():
 def test_hh_harmless_pairs_stay_together_and_label_only_their_pairwise_predicates():
     import math
 
-    from plguard.heads.corpus import load_corpus
-    from plguard.heads.fit import labels_for, pairs_of
-    from plguard.labels.gold import load_gold
     from plguard.policy import load_policy
+    from plguard_lab.labels.gold import load_gold
+    from plguard_lab.training.corpus import load_corpus
+    from plguard_lab.training.fit import labels_for, pairs_of
 
     small = load_corpus(("hh_harmless",), "dev", limit_per_source=20)
     big = load_corpus(("hh_harmless",), "dev", limit_per_source=40)

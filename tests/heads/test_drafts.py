@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from plguard.config import GuardConfig
-from plguard.heads import drafts
+from plguard_lab.training import drafts
 from tests.scripted import ScriptedBackend
 
 # One of each kind: (draft text, what the string match says, what the head says).
@@ -56,7 +56,7 @@ def test_select_prompts_is_stratified_nested_and_deterministic():
     every = drafts.select_prompts(1000, ("plguard_s14",))
     assert len(every) == len({it.uid for it in every}) == 50
     assert {it.fields["label"] for it in every} == {"safe", "unsafe"}
-    from plguard.heads.corpus import load_split
+    from plguard_lab.training.corpus import load_split
 
     split = load_split("plguard_s14")
     assert all(split[it.prompt_id] == "dev" for it in every)
@@ -101,8 +101,8 @@ def test_drafts_resume_skips_stored_prompts_and_redoes_a_torn_line(tmp_path):
 
 
 def test_disagreeing_refusal_readings_are_dropped_and_counted(tmp_path):
-    from plguard.heads.fit import labels_for
     from plguard.policy import load_policy
+    from plguard_lab.training.fit import labels_for
 
     path = tmp_path / "d.jsonl"
     gen = _generator()
@@ -140,7 +140,7 @@ def test_disagreeing_refusal_readings_are_dropped_and_counted(tmp_path):
 
 def test_drafts_need_the_response_scope(tmp_path):
     from plguard.errors import ConfigError
-    from plguard.heads.train import FitOptions, fit_heads
+    from plguard_lab.training.train import FitOptions, fit_heads
 
     with pytest.raises(ConfigError, match="drafts train the response heads"):
         fit_heads(GuardConfig(), tmp_path / "h.json",

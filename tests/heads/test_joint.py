@@ -1,12 +1,12 @@
-"""Joint category heads (plguard.heads.joint): one multinomial over a bundle's categories."""
+"""Joint category heads (plguard_lab.training.joint): one multinomial over a bundle's categories."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from plguard.heads.corpus import CorpusItem
-from plguard.heads.features import Feature
+from plguard_lab.training.corpus import CorpusItem
+from plguard_lab.training.features import Feature
 from tests.heads.fakes import FakeExtractor
 
 # AILuminate hazards of the synthetic set: violent crimes and weapons overlap by
@@ -42,7 +42,7 @@ def _synthetic(n: int = 40, d: int = 6, seed: int = 0):
 
 
 def test_category_predicates_are_the_tagged_rules_request_predicates(hazards):
-    from plguard.heads.joint import category_predicates
+    from plguard_lab.training.joint import category_predicates
 
     cats = category_predicates(hazards)
     assert cats["request_seeks_violent_crime"] == "S1"
@@ -55,8 +55,8 @@ def test_category_predicates_are_the_tagged_rules_request_predicates(hazards):
 
 
 def test_joint_heads_rank_the_own_category_first_and_benign_requests_low(hazards):
-    from plguard.heads.fit import labels_for
-    from plguard.heads.joint import category_predicates, fit_joint_heads
+    from plguard_lab.training.fit import labels_for
+    from plguard_lab.training.joint import category_predicates, fit_joint_heads
 
     items, feats = _synthetic()
     names = list(category_predicates(hazards))
@@ -94,7 +94,7 @@ def test_fit_options_refuse_joint_heads_without_a_request_prompt_readout():
     from plguard.backends.base import Capabilities
     from plguard.config import GuardConfig
     from plguard.errors import ConfigError
-    from plguard.heads.train import FitOptions, fit_heads
+    from plguard_lab.training.train import FitOptions, fit_heads
 
     class NoForward:  # declares hidden states; the check comes before any model work
         capabilities = Capabilities(hidden_states=True)
@@ -110,8 +110,8 @@ def test_fit_options_refuse_joint_heads_without_a_request_prompt_readout():
 
 def test_one_category_is_the_binary_head_against_none(hazards):
     from plguard.heads.artefact import decode_vector
-    from plguard.heads.fit import labels_for
-    from plguard.heads.joint import category_predicates, fit_joint_heads
+    from plguard_lab.training.fit import labels_for
+    from plguard_lab.training.joint import category_predicates, fit_joint_heads
 
     items, feats = _synthetic()
     items = [it for it in items if it.fields["type"] in ("contrast_safe", "ailuminate_dfm")]
@@ -133,8 +133,8 @@ def test_one_category_is_the_binary_head_against_none(hazards):
 def test_threshold_targets_are_named():
     from plguard.config import GuardConfig
     from plguard.errors import ConfigError
-    from plguard.evals.heads.thresholds import fit_heads_thresholds
     from plguard.heads.artefact import load_heads, shipped_heads
+    from plguard_lab.studies.heads.thresholds import fit_heads_thresholds
 
     path = shipped_heads("hazards")
     assert any(h.info.get("joint") for h in load_heads(path).heads.values())
@@ -148,8 +148,8 @@ def test_pair_thresholds_need_xstest_before_any_fit(tmp_path):
 
     from plguard.config import GuardConfig
     from plguard.errors import ConfigError
-    from plguard.evals.heads.thresholds import fit_heads_thresholds
     from plguard.heads.artefact import shipped_heads
+    from plguard_lab.studies.heads.thresholds import fit_heads_thresholds
 
     doc = json.loads(shipped_heads("hazards").read_text())
     doc["training"]["sources"] = ["ailuminate", "coconot"]
@@ -165,8 +165,8 @@ def test_pair_thresholds_need_xstest_before_any_fit(tmp_path):
 
 
 def test_joint_fit_chooses_the_readout_that_carries_the_categories(hazards):
-    from plguard.heads.fit import labels_for
-    from plguard.heads.joint import category_predicates, fit_joint_heads
+    from plguard_lab.training.fit import labels_for
+    from plguard_lab.training.joint import category_predicates, fit_joint_heads
 
     items, feats = _synthetic()
     # The categories move to the pool state; the prefix state becomes noise.
@@ -193,8 +193,8 @@ def test_joint_fit_chooses_the_readout_that_carries_the_categories(hazards):
 def test_joint_heads_are_chosen_and_measured_by_held_out_source(hazards):
     from dataclasses import replace
 
-    from plguard.heads.fit import labels_for
-    from plguard.heads.joint import category_predicates, fit_joint_heads
+    from plguard_lab.training.fit import labels_for
+    from plguard_lab.training.joint import category_predicates, fit_joint_heads
 
     items, feats = _synthetic()
     labels = labels_for(hazards, items)
@@ -230,8 +230,8 @@ def test_joint_heads_are_chosen_and_measured_by_held_out_source(hazards):
 def test_a_category_head_below_zero_shot_on_its_worst_source_is_not_kept(hazards):
     from dataclasses import replace
 
-    from plguard.heads.fit import labels_for
-    from plguard.heads.joint import category_predicates, fit_joint_heads
+    from plguard_lab.training.fit import labels_for
+    from plguard_lab.training.joint import category_predicates, fit_joint_heads
 
     items, feats = _synthetic()
     labels = labels_for(hazards, items)

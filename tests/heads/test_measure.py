@@ -1,12 +1,12 @@
-"""plguard.heads.measure: a heads file read source by source, as the fit measures its own."""
+"""plguard_lab.training.measure: a heads file read source by source, as the fit measures its own."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from plguard.heads.artefact import Head, HeadsFile
-from plguard.heads.corpus import CorpusItem
-from plguard.heads.features import Feature
+from plguard_lab.training.corpus import CorpusItem
+from plguard_lab.training.features import Feature
 from tests.heads.fakes import FakeExtractor
 
 
@@ -14,8 +14,8 @@ def test_scores_by_source_reads_the_heads_readout_per_source_and_pairs():
     """State dim 0 carries the label in source ``a`` and is reversed in ``b``; dim 1 is
     noise. A question head on dim 0 reads ``a`` at 1.0 and ``b`` at 0.0, a prefix head on
     dim 1 near chance; the preference pairs are ordered by dim 0, so pairwise 1.0."""
-    from plguard.heads.measure import scores_by_source
     from plguard.policy import load_policy
+    from plguard_lab.training.measure import scores_by_source
 
     policy = load_policy("minimal")
     rng = np.random.default_rng(0)

@@ -16,9 +16,9 @@ def test_prefix_only_features_fit_and_apply_exactly(embedded_backend_bf16, tmp_p
     from plguard.config import GuardConfig
     from plguard.guard import Guard
     from plguard.heads.artefact import load_heads
-    from plguard.heads.corpus import CorpusItem
-    from plguard.heads.features import Extractor, FeatureStore, default_store_path
-    from plguard.heads.train import FitOptions, fit_heads
+    from plguard_lab.training.corpus import CorpusItem
+    from plguard_lab.training.features import Extractor, FeatureStore, default_store_path
+    from plguard_lab.training.train import FitOptions, fit_heads
 
     out = tmp_path / "heads-hazards.json"
     # zero_shot_limit=0: not even the zero-shot floor's few questions are asked.
@@ -66,7 +66,7 @@ def test_prefix_only_features_fit_and_apply_exactly(embedded_backend_bf16, tmp_p
     assert m.decision.category_scores and m.grounding.heads == hf.label
 
     # Its moderation threshold, fitted on (a sample of) dev requests, cross-fitted.
-    from plguard.evals.hazards.thresholds import fit_request_thresholds
+    from plguard_lab.studies.hazards.thresholds import fit_request_thresholds
 
     cal = tmp_path / "calibration-hazards.json"
     fitted = fit_request_thresholds(embedded_backend_bf16, guard.config, hf, cal,
@@ -74,7 +74,7 @@ def test_prefix_only_features_fit_and_apply_exactly(embedded_backend_bf16, tmp_p
     t = fitted["thresholds"]["moderation"]
     assert "unsafe" not in fitted["thresholds"]  # a pair's threshold is the pairs fit's
     f = fitted["fitted_on"]
-    from plguard.evals.hazards.thresholds import CAPPED
+    from plguard_lab.studies.hazards.thresholds import CAPPED
 
     assert 0 < t <= 1 and all(v <= 0.05 for b, v in f["dev_flagged"].items() if b in CAPPED)
     assert [c["max_fp"] for c in f["other_caps"]] == sorted(c["max_fp"]
@@ -89,9 +89,9 @@ def test_prefix_only_features_fit_and_apply_exactly(embedded_backend_bf16, tmp_p
 
 def test_question_scope_forwards_the_pairs_questions_only(embedded_backend_bf16, tmp_path):
     from plguard.config import GuardConfig
-    from plguard.heads.corpus import CorpusItem
-    from plguard.heads.features import Extractor, FeatureStore
     from plguard.policy import load_policy
+    from plguard_lab.training.corpus import CorpusItem
+    from plguard_lab.training.features import Extractor, FeatureStore
 
     policy = load_policy("minimal")
     cfg = GuardConfig.from_dict({"policy": "minimal"}).grounding

@@ -1,4 +1,4 @@
-"""Selection for transfer (plguard.heads.select): held-out metrics, pairwise loss, blends."""
+"""Selection for transfer (plguard_lab.training.select): held-out metrics, pairwise loss, blends."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plguard.heads.select import (
+from plguard_lab.training.select import (
     Data,
     Scored,
     blend,
@@ -134,8 +134,8 @@ def test_blend_mixes_each_score_over_its_own_spread(w: float, seed: int) -> None
 def _items_and_feats(rng: np.random.Generator, zs_signal: float):
     """Three sources of requests; the question state carries a shortcut, the prefix the
     signal (as :func:`_data`), and the zero-shot logit reads the label at ``zs_signal``."""
-    from plguard.heads.corpus import CorpusItem
-    from plguard.heads.features import Feature
+    from plguard_lab.training.corpus import CorpusItem
+    from plguard_lab.training.features import Feature
 
     d = _data(rng)
     items, feats = [], {}
@@ -150,8 +150,8 @@ def _items_and_feats(rng: np.random.Generator, zs_signal: float):
 
 
 def test_fit_one_rejects_a_shortcut_and_writes_the_matrix():
-    from plguard.heads.fit import _fit_one
     from plguard.types import PredicateSpec
+    from plguard_lab.training.fit import _fit_one
 
     from .fakes import FakeExtractor
 
@@ -174,8 +174,8 @@ def test_fit_one_rejects_a_shortcut_and_writes_the_matrix():
 
 
 def test_fit_one_keeps_zero_shot_when_it_transfers_better():
-    from plguard.heads.fit import _fit_one
     from plguard.types import PredicateSpec
+    from plguard_lab.training.fit import _fit_one
 
     from .fakes import FakeExtractor
 
@@ -193,7 +193,7 @@ def test_fit_one_keeps_zero_shot_when_it_transfers_better():
 
 
 def test_worst_sources_within_the_tolerance_tie_and_the_mean_decides():
-    from plguard.heads.select import WORST_TOLERANCE, best_choice
+    from plguard_lab.training.select import WORST_TOLERANCE, best_choice
 
     near_chance_everywhere = {"a": 0.56, "b": 0.58, "hh": 0.55}
     good_but_hh = {"a": 0.90, "b": 0.92, "hh": 0.53}

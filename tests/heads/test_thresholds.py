@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from plguard.heads.artefact import Head, HeadsFile
-from plguard.heads.corpus import load_corpus
-from plguard.heads.features import Feature
+from plguard_lab.training.corpus import load_corpus
+from plguard_lab.training.features import Feature
 from tests.heads.fakes import FakeExtractor
 
 
@@ -29,7 +29,7 @@ def _heads(names, C):
 
 
 def test_prompt_folds_keep_a_prompts_answers_together():
-    from plguard.evals.heads.thresholds import prompt_folds, prompt_group
+    from plguard_lab.studies.heads.thresholds import prompt_folds, prompt_group
 
     pairs = [it for it in load_corpus(["xstest"]) if it.response is not None]
     fold = prompt_folds(pairs)
@@ -45,9 +45,9 @@ def test_crossfit_scores_are_not_in_sample():
     them, a cross-fitted one must not (this fails if a fold's pairs leak into its head)."""
     from sklearn.metrics import roc_auc_score
 
-    from plguard.evals.heads.thresholds import _design, _rows, crossfit_matrix
-    from plguard.heads.fit import fixed_model, labels_for
     from plguard.policy import load_policy
+    from plguard_lab.studies.heads.thresholds import _design, _rows, crossfit_matrix
+    from plguard_lab.training.fit import fixed_model, labels_for
 
     policy = load_policy("minimal")
     items = load_corpus(["xstest"])
@@ -71,8 +71,8 @@ def test_crossfit_scores_are_not_in_sample():
 
 def test_a_prompt_sample_scores_only_its_pairs():
     """--pairs-limit: a seeded sample of prompts; only their pairs are scored, each once."""
-    from plguard.evals.heads.thresholds import crossfit_matrix, sample_prompts
     from plguard.policy import load_policy
+    from plguard_lab.studies.heads.thresholds import crossfit_matrix, sample_prompts
 
     policy = load_policy("minimal")
     items = load_corpus(["xstest"])
@@ -89,14 +89,14 @@ def test_a_prompt_sample_scores_only_its_pairs():
 def test_thresholds_pool_every_source_with_outcome_labels():
     """CoCoNot's helpful answers and the model's own drafts join XSTest's pairs; a draft
     shares its fold with the XSTest prompt it answers, and hh's unlabelled pairs stay out."""
-    from plguard.evals.heads.thresholds import (
+    from plguard.policy import load_policy
+    from plguard_lab.studies.heads.thresholds import (
         crossfit_matrix,
         outcome_pairs,
         pair_requests,
         prompt_folds,
     )
-    from plguard.heads.drafts import draft_item
-    from plguard.policy import load_policy
+    from plguard_lab.training.drafts import draft_item
 
     policy = load_policy("minimal")
     items = load_corpus(["xstest", "coconot", "hh_harmless"], limit_per_source=30)
@@ -178,11 +178,11 @@ def test_crossfit_pairs_refit_joint_heads_out_of_fold():
     """The guard's thresholds for joint category heads: each XSTest dev pair takes its
     prompt's P from the joint recipe refitted without that prompt (random states: a fold
     that saw the prompt memorises it, this must not)."""
-    from plguard.evals.heads.thresholds import crossfit_matrix, outcome_pairs, pair_requests
-    from plguard.evals.quality.report import fast_auroc
-    from plguard.heads.fit import labels_for
-    from plguard.heads.joint import JointModel, category_predicates
     from plguard.policy import load_policy
+    from plguard_lab.studies.heads.thresholds import crossfit_matrix, outcome_pairs, pair_requests
+    from plguard_lab.studies.quality.report import fast_auroc
+    from plguard_lab.training.fit import labels_for
+    from plguard_lab.training.joint import JointModel, category_predicates
 
     policy = load_policy("hazards")
     items = load_corpus(["xstest", "ailuminate", "coconot"], "dev", 120)

@@ -10,8 +10,8 @@ import pytest
 from plguard.config import Thresholds
 from plguard.decide import decide_for
 from plguard.policy import load_policy
-from plguard.view.app import build_view_app
-from plguard.view.state import ViewState
+from plguard_lab.view.app import build_view_app
+from plguard_lab.view.state import ViewState
 
 from .conftest import RUN, TRACES, call
 

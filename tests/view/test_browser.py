@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from plguard.view.app import build_view_app
-from plguard.view.export import export_html
-from plguard.view.state import ViewState
+from plguard_lab.view.app import build_view_app
+from plguard_lab.view.export import export_html
+from plguard_lab.view.state import ViewState
 
 from .conftest import RUN
 

@@ -6,9 +6,9 @@ import json
 import re
 
 from plguard.cli import build_parser, main
-from plguard.view.export import export_html
-from plguard.view.page import embed_json, render_page
-from plguard.view.state import ViewState
+from plguard_lab.view.export import export_html
+from plguard_lab.view.page import embed_json, render_page
+from plguard_lab.view.state import ViewState
 
 from .conftest import RUN, TRACES
 

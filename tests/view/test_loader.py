@@ -12,9 +12,9 @@ import pytest
 from plguard.config import Thresholds
 from plguard.decide import decide
 from plguard.policy import load_policy
-from plguard.view.loader import iter_json, load
-from plguard.view.records import thresholds_from_reason
-from plguard.view.state import ViewState
+from plguard_lab.view.loader import iter_json, load
+from plguard_lab.view.records import thresholds_from_reason
+from plguard_lab.view.state import ViewState
 
 from .conftest import RUN, TRACES
 
@@ -189,7 +189,7 @@ def test_thresholds_read_back_from_each_kind_of_reason():
 
 
 def test_manifest_thresholds_are_what_plguard_decided_with():
-    from plguard.view.records import manifest_thresholds
+    from plguard_lab.view.records import manifest_thresholds
 
     cfg = {"thresholds": {"unsafe": 0.5, "over_refusal": 0.5, "from_calibration": True}}
     assert manifest_thresholds({"config": cfg}) == {"unsafe": 0.5, "over_refusal": 0.5}

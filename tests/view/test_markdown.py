@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from plguard.view.markdown import render
+from plguard_lab.view.markdown import render
 
 
 def test_tables_headings_lists_code_and_images():

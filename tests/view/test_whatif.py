@@ -12,7 +12,7 @@ from plguard.decide import decide_for
 from plguard.errors import InputError
 from plguard.policy import load_policy
 from plguard.types import PolicyResult
-from plguard.view.whatif import check_probs, flips, what_if
+from plguard_lab.view.whatif import check_probs, flips, what_if
 
 TH = Thresholds(unsafe=0.5, over_refusal=0.5)
 

@@ -13,9 +13,9 @@ import pytest
 
 from plguard.cli import main
 from plguard.errors import ConfigError, InputError
-from plguard.evals.attacks.rescore import rescore_run
 from plguard.policy.bundle import resolve_bundle
 from plguard.records.store import read_jsonl
+from plguard_lab.studies.attacks.rescore import rescore_run
 from tests.evals.attacks.test_runner import _backend, _cfg, _run
 
 DECIDED = ("action", "detected", "strongest_unsafe", "strongest_over_refusal", "score")

@@ -10,11 +10,11 @@ import pytest
 
 from plguard import GuardConfig
 from plguard.errors import ConfigError
-from plguard.evals.attacks.report import summarise
-from plguard.evals.attacks.runner import TEXT_LIMIT, AttackRun
-from plguard.evals.attacks.suite import load_suite
 from plguard.policy import load_policy
 from plguard.records.store import read_jsonl
+from plguard_lab.studies.attacks.report import summarise
+from plguard_lab.studies.attacks.runner import TEXT_LIMIT, AttackRun
+from plguard_lab.studies.attacks.suite import load_suite
 from tests.scripted import ScriptedBackend
 
 SUITE = load_suite()
@@ -202,7 +202,7 @@ def test_failed_records_keep_their_texts_and_are_retried_on_resume(tmp_path, mon
 
     import dataclasses
 
-    from plguard.evals.attacks import transforms
+    from plguard_lab.studies.attacks import transforms
 
     def broken(pair, ctx):
         raise ValueError("transform bug")

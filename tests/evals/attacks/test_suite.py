@@ -7,8 +7,8 @@ import re
 import pytest
 
 from plguard.errors import InputError
-from plguard.evals.attacks.suite import KINDS, load_suite, parse_pairs
-from plguard.labels.xstest import load_prompts
+from plguard_lab.labels.xstest import load_prompts
+from plguard_lab.studies.attacks.suite import KINDS, load_suite, parse_pairs
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +72,7 @@ def test_bad_pairs_are_named(data, msg):
 def test_suite_files_ship_inside_the_package():
     from pathlib import Path
 
-    import plguard
+    import plguard_lab
 
-    data = Path(plguard.__file__).parent / "evals" / "attacks" / "data"
+    data = Path(plguard_lab.__file__).parent / "studies" / "attacks" / "data"
     assert (data / "pairs.yaml").is_file() and (data / "filler.yaml").is_file()

@@ -10,8 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from plguard.errors import ConfigError
-from plguard.evals.attacks.suite import Pair, load_suite
-from plguard.evals.attacks.transforms import (
+from plguard.grounding import close_tag, escape_data
+from plguard_lab.studies.attacks.suite import Pair, load_suite
+from plguard_lab.studies.attacks.transforms import (
     ATTACKS,
     CLAIMS,
     FAMILIES,
@@ -19,7 +20,6 @@ from plguard.evals.attacks.transforms import (
     check_attacks,
     filler_stream,
 )
-from plguard.grounding import close_tag, escape_data
 
 SUITE = load_suite()
 CTX = Context(count_tokens=lambda t: len(t.split()), filler=SUITE.filler)
