@@ -98,6 +98,10 @@ def _sigmoid(z: float) -> float:
     return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
 
 
+# A Platt slope below this (per unit of head logit) is no map at all: see load_heads.
+FLAT_PLATT = 1e-4
+
+
 def encode_vector(v: np.ndarray) -> str:
     """float32 little-endian, base64: a 576-number head is 3 KB of text, not 12."""
     return base64.b64encode(np.asarray(v, dtype="<f4").tobytes()).decode("ascii")
@@ -129,6 +133,12 @@ def load_heads(path: str | Path) -> HeadsFile:
         if head.readout not in READOUTS or head.mode not in MODES:
             raise ConfigError(f"{where}: predicate {name!r} has readout {head.readout!r} / "
                               f"mode {head.mode!r}; expected one of {READOUTS} / {MODES}")
+        if abs(head.platt[0]) < FLAT_PLATT:
+            # A slope of ~0 maps every state to one probability (0.5 with b ~ 0): such a
+            # head would flag, or pass, every input alike.
+            raise ConfigError(f"{where}: predicate {name!r} has a flat Platt map (slope "
+                              f"{head.platt[0]:.3g}): it reads the same probability for "
+                              "every input; refit it with `plguard heads fit`")
         if head.layer not in data.get("layers", []):
             raise ConfigError(f"{where}: predicate {name!r} reads layer {head.layer}, which "
                               "the file's layers do not list")

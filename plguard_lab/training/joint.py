@@ -229,9 +229,13 @@ class JointModel:
         self.cv_auroc: list[float] = []
         self.counts: list[tuple[int, int]] = []
         pooled_z, pooled_y = [], []
+        # A class its fold's training rows lacked has no logit there (``_ABSENT``, a
+        # sentinel): such rows are left out of the category's AUROC and of the Platt map,
+        # whose slope a -1e9 "logit" would otherwise flatten to ~0 (0.5 for every input).
+        scored = (self.oof > _ABSENT / 2) & np.isfinite(self.oof)
         for j in range(Y.shape[1]):
             zk = self.oof[:, j + 1] - self.oof[:, 0]
-            known = ~np.isnan(Y[:, j]) & np.isfinite(zk)
+            known = ~np.isnan(Y[:, j]) & scored[:, j + 1] & scored[:, 0]
             yk = Y[known, j].astype(int)
             pooled_z.append(zk[known])
             pooled_y.append(yk)

@@ -191,6 +191,10 @@ def test_heads_refused_where_they_do_not_fit(embedded_backend, minimal, tmp_path
 
     with pytest.raises(ConfigError, match="cannot return hidden states"):
         build(good, backend=NoStates(embedded_backend))
+    flat = json.loads(json.dumps(good))  # what joint heads by source once wrote
+    flat["predicates"]["response_refuses"]["platt"] = {"a": 1.8e-9, "b": -3e-16}
+    with pytest.raises(ConfigError, match="'response_refuses' has a flat Platt map"):
+        build(flat)
     (tmp_path / "bad.json").write_text("{not json")
     with pytest.raises(ConfigError, match="not JSON"):
         load_heads(tmp_path / "bad.json")

@@ -218,6 +218,13 @@ def test_joint_heads_are_chosen_and_measured_by_held_out_source(hazards):
     iwp = by[HAZARDS["iwp"]]
     assert set(iwp.heldout) == {"s1", "s2", "s3"} and iwp.worst_source
     assert iwp.head is not None and iwp.cv_auroc == min(iwp.heldout.values()) > 0.8
+    # The shared Platt map is fitted on logits that were scored: a class a held-out
+    # source's fold never saw (defamation, when s3 is held out) has no logit there, and
+    # its sentinel must not flatten the map to 0.5 for every request (a slope of 1e-9).
+    platt = iwp.head["platt"]
+    assert platt["a"] > 0.1, platt
+    p = 1 / (1 + np.exp(-(platt["a"] * np.array([-5.0, 5.0]) + platt["b"])))
+    assert p[1] - p[0] > 0.5
     # Defamation is measured where another source teaches it: nowhere but s3's own items.
     assert all(np.isnan(v) for v in by[dfm].heldout.values())
     # Violent crime's head holds near zero-shot's perfect reading, within the tolerance.
