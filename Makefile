@@ -2,7 +2,7 @@
 .PHONY: check lint test
 check: lint test
 lint:
-	ruff check plguard tests scripts
+	ruff check plguard plguard_lab tests scripts
 	mypy
 	lint-imports --no-cache
 test:
