@@ -235,12 +235,14 @@ class JointModel:
         scored = (self.oof > _ABSENT / 2) & np.isfinite(self.oof)
         for j in range(Y.shape[1]):
             zk = self.oof[:, j + 1] - self.oof[:, 0]
-            known = ~np.isnan(Y[:, j]) & scored[:, j + 1] & scored[:, 0]
+            labelled = ~np.isnan(Y[:, j])
+            known = labelled & scored[:, j + 1] & scored[:, 0]
             yk = Y[known, j].astype(int)
             pooled_z.append(zk[known])
             pooled_y.append(yk)
             self.cv_auroc.append(auroc(yk, zk[known]))
-            self.counts.append((int(yk.sum()), int(len(yk) - yk.sum())))
+            n_pos = int(np.nansum(Y[labelled, j]))  # what the head was trained on
+            self.counts.append((n_pos, int(labelled.sum()) - n_pos))
         # One Platt map for every category, fitted on their pooled out-of-fold logits: a
         # map per category would reorder categories whose logits are close, and the
         # multinomial's own ranking of them is the point of fitting jointly.
