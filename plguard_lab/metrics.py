@@ -111,34 +111,42 @@ class Agreement:
 
 def confusion_matrix(gold: Sequence[Hashable], pred: Sequence[Hashable],
                      labels: Sequence[Hashable]) -> np.ndarray:
-    """Counts with gold labels as rows and predictions as columns, in ``labels`` order."""
+    """Counts with gold labels as rows and predictions as columns, in ``labels`` order.
+
+    scikit-learn's, except that a label outside ``labels`` is an error here (scikit-learn
+    drops it silently, which would shrink ``n`` without a word).
+    """
+    from sklearn.metrics import confusion_matrix as sk_confusion
+
     if len(gold) != len(pred):
         raise ValueError(f"{len(gold)} gold labels for {len(pred)} predictions")
-    index = {lab: i for i, lab in enumerate(labels)}
-    m = np.zeros((len(labels), len(labels)), dtype=int)
-    for g, p in zip(gold, pred, strict=True):
-        m[index[g], index[p]] += 1
-    return m
-
-
-def cohen_kappa(m: np.ndarray) -> float:
-    """Cohen's kappa of a confusion matrix: (p_o - p_e) / (1 - p_e)."""
-    n = m.sum()
-    if n == 0:
-        return float("nan")
-    po = np.trace(m) / n
-    pe = float((m.sum(axis=0) * m.sum(axis=1)).sum()) / (n * n)
-    if pe == 1.0:
-        return 1.0 if po == 1.0 else 0.0
-    return float((po - pe) / (1 - pe))
+    unknown = (set(gold) | set(pred)) - set(labels)
+    if unknown:
+        raise ValueError(f"labels {sorted(map(str, unknown))} are not among {list(labels)}")
+    if not gold:
+        return np.zeros((len(labels), len(labels)), dtype=int)
+    return np.asarray(sk_confusion(list(gold), list(pred), labels=list(labels)), dtype=int)
 
 
 def agreement(gold: Sequence[str], pred: Sequence[str], labels: Sequence[str]) -> Agreement:
-    """Accuracy, Cohen's kappa and the confusion matrix of ``pred`` against ``gold``."""
+    """Accuracy, Cohen's kappa (scikit-learn's) and the confusion matrix of ``pred``.
+
+    Where chance agreement is 1 (every label and prediction one class) kappa is undefined;
+    it reads 1.0 when they all agree and 0.0 otherwise, rather than NaN.
+    """
+    from sklearn.metrics import cohen_kappa_score
+
     m = confusion_matrix(gold, pred, labels)
     n = int(m.sum())
     acc = float(np.trace(m) / n) if n else float("nan")
-    return Agreement(n, acc, cohen_kappa(m), tuple(labels),
+    pe = float((m.sum(axis=0) * m.sum(axis=1)).sum()) / (n * n) if n else float("nan")
+    if not n:
+        kappa = float("nan")
+    elif pe == 1.0:
+        kappa = 1.0 if acc == 1.0 else 0.0
+    else:
+        kappa = float(cohen_kappa_score(list(gold), list(pred), labels=list(labels)))
+    return Agreement(n, acc, kappa, tuple(labels),
                      tuple(tuple(int(v) for v in row) for row in m))
 
 
@@ -216,7 +224,6 @@ __all__ = [
     "Rate",
     "agreement",
     "auroc",
-    "cohen_kappa",
     "confusion_matrix",
     "detection",
     "expected_calibration_error",

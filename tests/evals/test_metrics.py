@@ -10,7 +10,6 @@ import pytest
 from plguard_lab.metrics import (
     agreement,
     auroc,
-    cohen_kappa,
     confusion_matrix,
     detection,
     grouped_rates,
@@ -63,11 +62,14 @@ def test_confusion_and_kappa_by_hand():
     m = confusion_matrix(gold, pred, ["a", "b", "c"])
     assert m.tolist() == [[2, 1, 0], [0, 1, 1], [0, 0, 1]]
     # p_o = 4/6; p_e = (3*2 + 2*2 + 1*2) / 36 = 12/36; kappa = (2/3 - 1/3) / (2/3) = 0.5
-    assert cohen_kappa(m) == pytest.approx(0.5)
     ag = agreement(gold, pred, ["a", "b", "c"])
     assert ag.accuracy == pytest.approx(4 / 6) and ag.kappa == pytest.approx(0.5)
     assert ag.confusion[0] == (2, 1, 0)
-    assert cohen_kappa(np.array([[5, 0], [0, 0]])) == 1.0
+    # One class everywhere: kappa is undefined; all agreeing reads 1.0, not NaN.
+    assert agreement(["a"] * 5, ["a"] * 5, ["a", "b"]).kappa == 1.0
+    assert math.isnan(agreement([], [], ["a", "b"]).kappa)
+    with pytest.raises(ValueError, match=r"\['x'\] are not among"):
+        confusion_matrix(["a", "x"], ["a", "a"], ["a", "b"])
 
 
 def test_auroc_by_hand_with_ties():
