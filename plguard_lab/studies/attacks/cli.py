@@ -63,4 +63,5 @@ def add_commands(eval_sub: Any, groups: dict[str, Any]) -> None:
     """This study's ``plguard eval`` commands (found by name: plguard_lab.studies)."""
     add_attack_commands(eval_sub)
 
+
 __all__ = ["add_commands", "add_attack_commands"]

@@ -433,6 +433,7 @@ def add_commands(eval_sub: Any, groups: dict[str, Any]) -> None:
     """This study's ``plguard eval`` commands (found by name: plguard_lab.studies)."""
     add_gold_commands(eval_sub)
 
+
 __all__ = ["add_commands", "add_gold_commands", "gold_markdown", "main", "mapping_markdown",
            "write_gold_results"]
 

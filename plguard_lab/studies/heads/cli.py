@@ -61,4 +61,5 @@ def add_commands(eval_sub: Any, groups: dict[str, Any]) -> None:
     """``plguard eval quality fit-heads``, on the quality study's group."""
     add_fit_heads_command(groups["quality"])
 
+
 __all__ = ["add_commands", "add_fit_heads_command"]

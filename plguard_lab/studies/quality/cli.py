@@ -238,5 +238,6 @@ def add_commands(eval_sub: Any, groups: dict[str, Any]) -> None:
     """``plguard eval quality ...``; its subparsers are the shared group ``quality``."""
     groups["quality"] = add_quality_commands(eval_sub)
 
+
 __all__ = ["add_commands", "QUALITY_POLICIES", "add_calibrate_command", "add_quality_commands",
            "add_rewrite_cost", "calibrate_model", "rewrite_rule"]
