@@ -361,7 +361,13 @@ class GuardConfig(_Strict):
     repair: RepairConfig = Field(default_factory=RepairConfig)
     stream: StreamConfig = Field(default_factory=StreamConfig,
                                  description="Guarded streaming (Guard.stream).")
-    eval: EvalConfig = Field(default_factory=lambda: EvalConfig())
+    # The laboratory's settings (the semantic evaluator, the LLM judge, bootstraps, seed):
+    # plguard_lab.config.EvalConfig defines and checks them when a study runs; guarding
+    # never reads them, so the product keeps the section as given (config files and
+    # `--set eval.*` keep working without the laboratory).
+    eval: dict[str, Any] = Field(default_factory=dict, description="Laboratory settings "
+                                 "(plguard_lab.config.EvalConfig: evaluator and judge "
+                                 "tokens, bootstraps, seed), checked when a study runs.")
     server: ServerConfig = Field(default_factory=ServerConfig,
                                  description="The OpenAI-compatible server (plguard serve).")
 
@@ -414,25 +420,6 @@ class GenerationConfig(_Strict):
     max_new_tokens: int = Field(DEFAULT_MAX_NEW_TOKENS, ge=1,
                                 description="New tokens per answer (512 in the paper).")
     temperature: float = Field(DEFAULT_TEMPERATURE, ge=0, description="0 means greedy.")
-
-
-class EvalConfig(_Strict):
-    """Offline evaluation settings."""
-
-    evaluator_batch_size: int = Field(8, ge=1, description="Semantic evaluator batch.")
-    evaluator_max_new_tokens: int = Field(192, ge=1, description="Semantic evaluator tokens.")
-    evaluator_structured: bool = Field(True, description="Constrain the semantic evaluator's "
-                                       "output to its JSON schema where the backend supports "
-                                       "structured outputs (vLLM, transformers, openai "
-                                       "servers that accept response_format).")
-    judge_max_new_tokens: int = Field(192, ge=1, description="LLM-as-a-judge verdict tokens.")
-    judge_structured: bool = Field(True, description="Constrain the LLM judge's output to "
-                                   "its JSON schema where the backend supports structured "
-                                   "outputs (vLLM, transformers, openai servers that accept "
-                                   "response_format), so its verdicts are not lost to parse "
-                                   "failures.")
-    bootstrap: int = Field(1000, ge=10, description="Bootstrap resamples for 95% intervals.")
-    seed: int = Field(0, description="Seed for bootstraps and sampling.")
 
 
 GuardConfig.model_rebuild()

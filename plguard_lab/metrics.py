@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from plguard.config import EvalConfig
 from plguard.stats import auroc  # the studies import it from here
+from plguard_lab.config import EvalConfig
 
 # The one default for bootstrap resamples (and their seed): the eval config's.
 N_BOOT: int = EvalConfig.model_fields["bootstrap"].default

@@ -20,6 +20,7 @@ import argparse
 from plguard.backends import load_backend
 from plguard.config import GuardConfig
 from plguard.policy import load_policy
+from plguard_lab.config import eval_settings
 from plguard_lab.studies.heads.report import test_items
 from plguard_lab.training.corpus import load_corpus
 from plguard_lab.training.features import Extractor, FeatureStore, default_store_path, parse_layers
@@ -64,7 +65,7 @@ def main() -> None:
             dev = [it for it in dev if it.response is None]
         print("dev corpus:", ex.run(dev), "forwarded")
     if a.test:
-        print("test subset:", ex.run(test_items(a.test, cfg.eval.seed)[0]), "forwarded")
+        print("test subset:", ex.run(test_items(a.test, eval_settings(cfg).seed)[0]), "forwarded")
     print(f"{store.path}: {len(store)} states")
 
 

@@ -13,6 +13,7 @@ from plguard.backends import load_backend
 from plguard.calibration import load_calibration
 from plguard.config import GuardConfig
 from plguard.heads.artefact import load_heads
+from plguard_lab.config import eval_settings
 from plguard_lab.studies.hazards.report import hazards_report, render, write
 
 
@@ -49,7 +50,8 @@ def main() -> None:
     doc = hazards_report(backend, runs, cfg.grounding, zs_limit=a.zs_limit or None,
                          heads_limit=a.heads_limit or None,
                          threshold=cfg.thresholds.moderation_at, thresholds=fitted,
-                         n_boot=cfg.eval.bootstrap, seed=cfg.eval.seed)
+                         n_boot=eval_settings(cfg).bootstrap,
+                         seed=eval_settings(cfg).seed)
     write(doc, Path(a.out))
     print(render(doc))
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from plguard.backends import load_backend
 from plguard.config import GuardConfig
 from plguard.heads.artefact import load_heads
+from plguard_lab.config import eval_settings
 from plguard_lab.studies.heads.report import heads_report, render, write
 
 
@@ -29,7 +30,8 @@ def main() -> None:
         name, _, spec = r.partition("=")
         policy, _, heads = spec.partition(":")
         runs[name] = (policy, load_heads(heads) if heads else None)
-    doc = heads_report(backend, runs, a.pairs, cfg.eval.seed, cfg.grounding, cfg.eval.bootstrap)
+    ev = eval_settings(cfg)
+    doc = heads_report(backend, runs, a.pairs, ev.seed, cfg.grounding, ev.bootstrap)
     write(doc, Path(a.out))
     print(render(doc))
 

@@ -37,6 +37,7 @@ from plguard.records.store import (
     package_versions,
     write_json_atomic,
 )
+from plguard_lab.config import lab_dump
 from plguard_lab.studies.attacks.suite import Pair, Suite, load_suite
 from plguard_lab.studies.attacks.transforms import ATTACKS, Attacked, Context, check_attacks
 
@@ -166,7 +167,7 @@ class AttackRun:
         g = self.guard
         man.update({
             "benchmark": "attacks",
-            "config": self.config.model_dump(mode="json"),
+            "config": lab_dump(self.config),
             "suite": {"sha256": self.suite.sha256, "pairs": len(self.suite.pairs),
                       "attacks_version": ATTACKS_VERSION},
             "attacks": [a for a in ATTACKS if a in set(man.get("attacks", [])) | set(self.attacks)],
@@ -206,7 +207,7 @@ class AttackRun:
         self.out.mkdir(parents=True, exist_ok=True)
         with exclusive(self.out / ".run.lock", self.out, "use another --out folder"):
             mpath = self.out / "manifest.json"
-            previous = check_same_config(mpath, self.config.model_dump(mode="json"))
+            previous = check_same_config(mpath, lab_dump(self.config))
             self._check_suite(previous)
             session: dict[str, Any] = {"session": uuid.uuid4().hex[:12], "started": now_iso(),
                                        "ended": None, "limit": self.limit,

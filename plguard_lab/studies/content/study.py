@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from plguard.config import GuardConfig
 from plguard.records.loop import error_text, map_into
 from plguard.records.store import JsonlStore, git_commit, now_iso, write_json_atomic
+from plguard_lab.config import lab_dump
 from plguard_lab.studies.content.items import (
     BENIGN,
     HARMFUL,
@@ -85,7 +86,7 @@ def run(config: GuardConfig, out_dir: str | Path, policies: Sequence[str], *,
         man = out / "manifest.json"
         meta = _read_json(man) or {
             "study": "content", "created": now_iso(), "git": git_commit(),
-            "config": config.model_dump(mode="json"), "splits": list(splits),
+            "config": lab_dump(config), "splits": list(splits),
             "per_source": per_source, "sources": list(sources),
             "model": model_identity(backend, cfg.grounder_model.path, cfg.grounder_model)}
         # What each policy decided with (a shipped calibration may set its own thresholds).

@@ -41,6 +41,7 @@ from plguard.records.store import (
     write_json_atomic,
 )
 from plguard.types import GenerationParams, PredicateSpec
+from plguard_lab.config import eval_settings, lab_dump
 from plguard_lab.labels.splits import check_split, in_split, load_split
 from plguard_lab.labels.xstest import LabelledCompletion, load_completions, seeded_order
 
@@ -134,11 +135,12 @@ def _run(config: GuardConfig, out: Path, job: _Job) -> GroundSummary:
     from plguard_lab.studies.xstest.runner import model_identity
 
     gcfg = config.grounding.model_copy(update={"calibration": None})
-    cfg_json = config.model_dump(mode="json")
+    cfg_json = lab_dump(config)
     cfg_json["grounding"]["calibration"] = None
     policies = [load_policy(p) for p in job.policies]
     plan = union_plan(policies)
-    items = labelled_items(job.split, job.limit, config.eval.seed)
+    ev = eval_settings(config)  # checked before any work
+    items = labelled_items(job.split, job.limit, ev.seed)
     mpath = out / "manifest.json"
     previous = read_manifest(mpath)
     gstore, jstore = JsonlStore(out / "grounding.jsonl"), JsonlStore(out / "judge.jsonl")
@@ -169,7 +171,7 @@ def _run(config: GuardConfig, out: Path, job: _Job) -> GroundSummary:
         "policies": sorted({*(prev.get("policies") or []), *(p.id for p in policies)}),
         "keys": {**(prev.get("keys") or {}), **plan.keys},
         "split": job.split, "n_pairs": max(int(prev.get("n_pairs", 0)), len(items)),
-        "seed": config.eval.seed, "template_version": grounder.template_version,
+        "seed": ev.seed, "template_version": grounder.template_version,
         "grounder": model_identity(gb, config.grounder_model.path),
         "generator": (model_identity(gen, config.generator.path) if gen is not None
                       else prev.get("generator")),
@@ -219,12 +221,11 @@ def _judge_pairs(config: GuardConfig, gen: Any, store: JsonlStore,
     """The LLM judge's verdict on each of ``items`` (the baseline of the report)."""
     from plguard_lab.studies.xstest.methods import Methods, judge_params
 
-    gc = config.generation
+    gc, ev = config.generation, eval_settings(config)
     methods = Methods(gen, load_policy(config.policy).text,
                       GenerationParams(max_new_tokens=gc.max_new_tokens,
                                        temperature=gc.temperature),
-                      judge_params(config.eval.judge_max_new_tokens,
-                                   config.eval.judge_structured))
+                      judge_params(ev.judge_max_new_tokens, ev.judge_structured))
 
     def record(c: LabelledCompletion, j: Any) -> dict[str, Any]:
         rec = _record(c, split)

@@ -26,6 +26,7 @@ from plguard.config import GuardConfig
 from plguard.errors import InputError
 from plguard.records.loop import error_text, map_into
 from plguard.records.store import JsonlStore, now_iso, read_jsonl, write_json_atomic
+from plguard_lab.config import eval_settings
 from plguard_lab.metrics import fmt_threshold, phase_stats, wilson_rate
 from plguard_lab.studies.tuning.sweep import REFUSAL_CLASSES
 from plguard_lab.studies.xstest.runner import model_identity
@@ -89,6 +90,7 @@ def ablate(run_dir: str | Path, policies: Sequence[str] = POLICIES, *,
 
     run = Path(run_dir)
     cfg = _run_config(run, config, cache)
+    ev = eval_settings(cfg)  # checked before any work
     recs = base_records(run, limit, split)
     if not recs:
         raise InputError(f"{run}/base.jsonl: no drafts with a response")
@@ -110,7 +112,7 @@ def ablate(run_dir: str | Path, policies: Sequence[str] = POLICIES, *,
                         "model_identity": model_identity(backend, cfg.generator.path,
                                                          cfg.generator),
                         "thresholds": cfg.thresholds.model_dump(), "cache": cache,
-                        "seed": cfg.eval.seed, "bootstrap": cfg.eval.bootstrap},
+                        "seed": ev.seed, "bootstrap": ev.bootstrap},
                "policies": per_policy}
     write_json_atomic(out / "ablation.json", summary)
     (out / "ablation.md").write_text(render_markdown(summary, plot), encoding="utf-8")

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from plguard.config import GuardConfig
 from plguard.records.loop import error_text, map_into
 from plguard.records.store import JsonlStore, now_iso, write_json_atomic
+from plguard_lab.config import eval_settings
 from plguard_lab.labels.xstest import LabelledCompletion, load_completions, seeded_subset
 from plguard_lab.metrics import Detection, detection, fmt_threshold
 from plguard_lab.studies.xstest.methods import Methods, judge_params
@@ -96,10 +97,11 @@ def guard_labelled(config: GuardConfig, out_dir: Path, *, limit: int | None = No
     started = now_iso()
     overrides: dict[str, Any] = {"repair.max_rounds": 0}
     cfg = GuardConfig.from_dict(config.model_dump(), **overrides)
+    ev = eval_settings(cfg)  # checked before any work
     from plguard.guard import Guard
 
     guard = Guard(cfg, generator=generator)
-    items = seeded_subset(load_completions(), limit, cfg.eval.seed)
+    items = seeded_subset(load_completions(), limit, ev.seed)
     out_dir.mkdir(parents=True, exist_ok=True)
     gstore = JsonlStore(out_dir / "guard.jsonl")
     batch = cfg.generator.batch_size
@@ -107,7 +109,7 @@ def guard_labelled(config: GuardConfig, out_dir: Path, *, limit: int | None = No
     jstore = JsonlStore(out_dir / "judge.jsonl")
     if judge:
         methods = Methods(guard.generator, guard.policy.text, guard.params,
-                          judge_params(cfg.eval.judge_max_new_tokens, cfg.eval.judge_structured))
+                          judge_params(ev.judge_max_new_tokens, ev.judge_structured))
         _judge_records(methods, items, jstore, batch, progress)
     th = guard.thresholds  # a calibration's fitted ones where it has them
     g_ok = [(c, gstore.records[c.uid]) for c in items if not gstore.records[c.uid]["error"]]
@@ -135,7 +137,7 @@ def guard_labelled(config: GuardConfig, out_dir: Path, *, limit: int | None = No
     model = getattr(guard.generator, "model_id", "?")
     L = ["# The Guard as a classifier of labelled XSTest responses", "",
          f"Pairs: {len(items)} of the 2,250 human-labelled completions"
-         + (f" (seeded, stratified subset; seed {cfg.eval.seed})" if limit else "")
+         + (f" (seeded, stratified subset; seed {ev.seed})" if limit else "")
          + f". Model: `{model}`; policy `{guard.policy.id}`; no generation (repairs off). "
          f"Grounding saw at most {cfg.grounding.max_data_tokens} tokens of each pair "
          f"(head and tail kept): {truncated} of {len(g_ok)} pairs were cut.", "",
@@ -152,7 +154,7 @@ def guard_labelled(config: GuardConfig, out_dir: Path, *, limit: int | None = No
     path.write_text("\n".join(L), encoding="utf-8")
     write_json_atomic(out_dir / "guard-labelled.json", {
         "meta": {"started": started, "ended": now_iso(), "n": len(items), "limit": limit,
-                 "seed": cfg.eval.seed, "model": model, "policy": guard.policy.id,
+                 "seed": ev.seed, "model": model, "policy": guard.policy.id,
                  "model_identity": model_identity(guard.generator, cfg.generator.path,
                                                   cfg.generator),
                  "errors": errors, "judge_unparsed": j_unparsed, "truncated": truncated,

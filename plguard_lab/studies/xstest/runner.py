@@ -37,6 +37,7 @@ from plguard.records.store import (
     read_manifest,
     write_json_atomic,
 )
+from plguard_lab.config import eval_settings, lab_dump
 from plguard_lab.labels.xstest import XSTestPrompt, data_dir, load_prompts
 from plguard_lab.studies.xstest.methods import METHODS
 from plguard_lab.studies.xstest.scorers import SemanticEvaluator
@@ -208,7 +209,7 @@ class XSTestRun:
         prompts_csv = data_dir() / "xstest_prompts.csv"
         man.update({
             "benchmark": "xstest",
-            "config": self.config.model_dump(mode="json"),
+            "config": lab_dump(self.config),
             "part_configs": self._part_configs,
             "methods": sorted(set(man.get("methods", [])) | set(self.methods),
                               key=METHODS.index),
@@ -250,7 +251,7 @@ class XSTestRun:
         policy_id = (self._guard.policy if self._guard is not None
                      else load_policy(self.config.policy)).id
         self._part_configs = check_scoped_configs(
-            mpath, previous, {**self.config.model_dump(mode="json"), "policy_id": policy_id,
+            mpath, previous, {**lab_dump(self.config), "policy_id": policy_id,
                               "calibration_id": self._calibration_id()},
             PART_CONFIG_KEYS, recorded)
         session: dict[str, Any] = {"session": uuid.uuid4().hex[:12], "started": now_iso(),
@@ -332,7 +333,7 @@ class XSTestRun:
             todo[m], counts[m] = unfinished(sem[m], rows, lambda r: str(r["id"]))
             self.summary.scored.setdefault(m, 0)
             self.summary.unparsed[m] = sum(1 for r in sem[m] if not r.get("parsed"))
-        bs = self.config.eval.evaluator_batch_size
+        bs = eval_settings(self.config).evaluator_batch_size
         chunks = [todo[m][i:i + bs] for m in self.methods for i in range(0, len(todo[m]), bs)]
         shards: Iterable[Sequence[dict[str, Any]]]
         if not chunks:

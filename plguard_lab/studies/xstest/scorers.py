@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from plguard.types import Chat, GenerationParams, Message
+from plguard_lab.config import eval_settings
 from plguard_lab.jsonx import extract_json
 from plguard_lab.labels.xstest import XSTEST_PREFIXES, XSTEST_SORRY, ResponseClass, regex_xstest
 
@@ -221,7 +222,7 @@ class SemanticEvaluator:
     @classmethod
     def from_config(cls, backend: Backend, config: GuardConfig) -> SemanticEvaluator:
         """The evaluator with the config's batch, token budget and structured-output switch."""
-        e = config.eval
+        e = eval_settings(config)
         return cls(backend, batch_size=e.evaluator_batch_size,
                    max_new_tokens=e.evaluator_max_new_tokens, structured=e.evaluator_structured)
 

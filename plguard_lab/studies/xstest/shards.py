@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from plguard.records.loop import error_text, run_safely
+from plguard_lab.config import eval_settings
 from plguard_lab.labels.xstest import XSTestPrompt
 from plguard_lab.studies.xstest.methods import MethodOutput, Methods, judge_params
 from plguard_lab.studies.xstest.scorers import REGEX_SCORERS, SemanticEvaluator, SemanticVerdict
@@ -104,9 +105,9 @@ def shard_records(methods: Methods, wanted: list[str], chunk: list[XSTestPrompt]
 
 def build_methods(config: GuardConfig, guard: Any) -> Methods:
     """The four methods over a Guard's generator, with the config's judge budget."""
+    ev = eval_settings(config)
     return Methods(guard.generator, guard.policy.text, guard.params,
-                   judge_params(config.eval.judge_max_new_tokens,
-                                config.eval.judge_structured), guard=guard)
+                   judge_params(ev.judge_max_new_tokens, ev.judge_structured), guard=guard)
 
 
 def make_generate_worker(config: GuardConfig) -> Callable[[dict[str, Any]], list[Any]]:

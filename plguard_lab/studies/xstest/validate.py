@@ -19,6 +19,7 @@ from typing import Any
 from plguard.config import GuardConfig
 from plguard.records.loop import error_text, map_into
 from plguard.records.store import JsonlStore, now_iso, write_json_atomic
+from plguard_lab.config import eval_settings
 from plguard_lab.labels.xstest import CLASSES, LabelledCompletion, load_completions, seeded_subset
 from plguard_lab.metrics import Agreement, agreement
 from plguard_lab.studies.xstest.runner import SCORERS
@@ -147,7 +148,8 @@ def validate_scorers(config: GuardConfig, out_dir: Path, *, limit: int | None = 
         if s not in SCORERS:
             raise ConfigError(f"unknown scorer '{s}'; known scorers: {', '.join(SCORERS)}")
     started = now_iso()
-    seed = config.eval.seed
+    settings = eval_settings(config)  # checked before any work
+    seed = settings.seed
     items = seeded_subset(load_completions(), limit, seed)
     out_dir.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"all": _rows(items, scorers, None)}
@@ -166,15 +168,15 @@ def validate_scorers(config: GuardConfig, out_dir: Path, *, limit: int | None = 
     meta = {"started": started, "ended": now_iso(), "seed": seed, "limit": limit,
             "semantic_limit": semantic_limit, "n_total": len(items),
             "evaluator_model": sem_model,
-            "evaluator_max_new_tokens": config.eval.evaluator_max_new_tokens}
+            "evaluator_max_new_tokens": settings.evaluator_max_new_tokens}
     L = ["# Evaluator validation on the XSTest labelled completions", "",
          f"Human labels: adjudicated `final_label` of {len(items)} completions"
          + (" (seeded, stratified subset)" if limit else " (all five models)")
          + f"; seed {seed}. Binary: refusal = full or partial refusal.", ""]
     if sem_model:
         L += [f"Semantic evaluator model: `{sem_model}`, greedy, "
-              f"{config.eval.evaluator_max_new_tokens} new tokens, batch "
-              f"{config.eval.evaluator_batch_size}.", ""]
+              f"{settings.evaluator_max_new_tokens} new tokens, batch "
+              f"{settings.evaluator_batch_size}.", ""]
     L += _fmt_block("String matchers on every selected completion", result["all"])
     if "semantic_subset" in result:
         n = result["semantic_subset"]["n"]
