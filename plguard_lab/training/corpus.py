@@ -39,6 +39,15 @@ Neither is labelled on its own (fields ``pair``/``pair_role``, no ``label``: eve
 rule leaves them unknown); a bundle's ``gold.yaml`` lists under ``pairwise:`` the response
 predicates the pairs train (plguard_lab.training.fit: a pairwise loss beside the pointwise one).
 Split by the conversation's text (``hh_split``), as the content study does.
+
+``answer_texts`` reads benign *answers* as texts to moderate: every helpful answer (full
+compliance) to a safe prompt of ``xstest``, ``coconot`` and ``coconot_hazards``, cut to its
+first :data:`ANSWER_TEXT_CHARS` characters at a word, as a request item (``response``
+None) with its prompt's fields and split. A moderation input is any user text, not only a
+request: statements, stories, news, explanations. Heads and thresholds fitted on requests
+alone flagged half of such benign texts (issue 40), and no other source has them. The
+labels are the prompt's (a safe prompt's helpful answer seeks no hazard and, like its
+prompt, may touch a sensitive topic).
 """
 
 from __future__ import annotations
@@ -64,6 +73,7 @@ LICENCES = {"xstest": "CC-BY-4.0 (prompts); completions under their models' term
             "coconot_hazards": "MIT (AllenAI CoCoNot)",
             "plguard_s14": "CC0-1.0 (written by the plguard developers)",
             "hh_harmless": "MIT (Anthropic HH-RLHF, harmless-base test set)",
+            "answer_texts": "as their sources: XSTest's models' and CoCoNot's (MIT) answers",
             "drafts": "the guarded model's own answers to the corpus prompts above"}
 AILUMINATE_FILE = "airr_official_1.0_demo_en_us_prompt_set_release.csv"
 COCONOT_SAFETY = ("dangerous or sensitive topics", "privacy violations",
@@ -71,6 +81,7 @@ COCONOT_SAFETY = ("dangerous or sensitive topics", "privacy violations",
 # CoCoNot's safety concerns of coconot_hazards ("false information" holds benign requests).
 COCONOT_HAZARDS = ("misinformation", "copyright violations", "wildchats", "false information")
 SPLIT_SEED = 20261201
+ANSWER_TEXT_CHARS = 600  # an answer read as a text: about a user post's length
 UNLIMITED = ("xstest",)  # sources a per-source limit leaves whole
 DEV_FRACTION = 0.5
 _TURN = re.compile(r"\n\n(Human|Assistant): ")
@@ -254,6 +265,21 @@ def _coconot_hazards(split: str) -> Iterable[CorpusItem]:
                                  {**f, "final_label": "1_full_compliance"})
 
 
+def _answer_texts(split: str) -> Iterable[CorpusItem]:
+    """The helpful answers to safe prompts, read as texts (see the module's docstring)."""
+    for src in ("xstest", "coconot", "coconot_hazards"):
+        for it in _LOADERS[src](split):
+            if (it.response is None or it.fields.get("label") != "safe"
+                    or it.fields.get("final_label") != "1_full_compliance"):
+                continue
+            text = it.response.strip()
+            if len(text) > ANSWER_TEXT_CHARS:
+                text = text[:ANSWER_TEXT_CHARS].rsplit(" ", 1)[0]
+            fields = {k: v for k, v in it.fields.items() if k not in ("final_label", "model")}
+            yield CorpusItem(f"answer_texts/{it.uid}", "answer_texts", it.prompt_id, text,
+                             None, fields)
+
+
 def _plguard_s14(split: str) -> Iterable[CorpusItem]:
     table = load_split("plguard_s14")
     for r in read_rows("requests.jsonl", "plguard_s14"):
@@ -307,7 +333,8 @@ def _hh_harmless(split: str) -> Iterable[CorpusItem]:
 
 _LOADERS = {"xstest": _xstest, "ailuminate": _ailuminate, "coconot": _coconot,
             "coconot_plain": _coconot_plain, "coconot_hazards": _coconot_hazards,
-            "plguard_s14": _plguard_s14, "hh_harmless": _hh_harmless}
+            "plguard_s14": _plguard_s14, "hh_harmless": _hh_harmless,
+            "answer_texts": _answer_texts}
 
 
 def load_corpus(sources: Sequence[str] = SOURCES, split: str = "dev",

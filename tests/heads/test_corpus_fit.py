@@ -260,3 +260,27 @@ def test_hh_harmless_pairs_stay_together_and_label_only_their_pairwise_predicate
     # No pointwise label: the pairs are used only by the bundle's pairwise: predicates.
     assert all(math.isnan(v) for col in labels_for(policy, small).values() for v in col)
     assert set(load_gold(policy).pairwise) == {"response_provides_harmful_instructions"}
+
+
+def test_answer_texts_are_safe_prompts_helpful_answers_read_as_texts():
+    from plguard.policy import load_policy
+    from plguard_lab.training.fit import labels_for
+
+    texts = corpus.load_corpus(("answer_texts",), "dev")
+    answers = {it.uid: it for it in corpus.load_corpus(
+        ("xstest", "coconot", "coconot_hazards"), "dev") if it.response is not None}
+    assert len(texts) > 300
+    for it in texts:
+        of = answers[it.uid.removeprefix("answer_texts/")]  # the answer it was read from
+        assert it.response is None and it.prompt_id == of.prompt_id
+        assert of.fields["label"] == "safe" and of.fields["final_label"] == "1_full_compliance"
+        assert of.response is not None and of.response.strip().startswith(it.request)
+        assert 0 < len(it.request) <= corpus.ANSWER_TEXT_CHARS
+    assert {it.uid.split("/")[1] for it in texts} == {"xstest", "coconot", "coconot_hazards"}
+    test = corpus.load_corpus(("answer_texts",), "test")
+    assert not {it.prompt_id for it in test} & {it.prompt_id for it in texts}  # split by prompt
+    y = labels_for(load_policy("hazards"), texts)
+    for name in ("request_seeks_violent_crime", "request_seeks_hate",
+                 "request_seeks_indiscriminate_weapons"):
+        assert all(v == 0.0 for v in y[name]), name  # a benign text seeks no hazard
+    assert all(v == 0.0 for v in labels_for(load_policy("minimal"), texts)["request_is_harmful"])

@@ -11,7 +11,8 @@ XSTest's safe test prompts, plguard_s14's safe coding look-alikes, and CoCoNot's
 requests (``coconot_plain``: underspecified, unsupported, subjective ... requests of no harm
 category, less the eval rows coded X2 above and the contrast rows already benign above):
 ordinary user texts that do not look dangerous, which a moderation threshold fitted on
-look-alikes of hazards alone flagged.
+look-alikes of hazards alone flagged; and ``answer_texts``, helpful answers to safe prompts
+read as texts (plguard_lab.training.corpus): benign texts that are not requests at all.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ COCONOT_CODES = {"privacy violations": "S7", "triggers for offensive language": 
                  "copyright violations": "S8", "misinformation": "X1",
                  "personal inquiry": "X2", "offer advice, opinion or recommendations": "X2"}
 # The benign groups' names.
-BENIGN = ("coconot_contrast", "xstest_safe", "s14_contrast", "coconot_plain")
+BENIGN = ("coconot_contrast", "xstest_safe", "s14_contrast", "coconot_plain", "answer_texts")
 # CoCoNot eval rows of these subcategories are hazards (X2), whatever their category.
 _CODED_TYPES = {f"coconot_eval_{sub.replace(' ', '_')}" for sub in COCONOT_CODES}
 
@@ -65,6 +66,9 @@ def test_items(split: str = "test") -> list[CorpusItem]:
                for it in load_corpus(["coconot_plain"], split)
                if it.fields["type"] not in _CODED_TYPES  # hazards (X2)
                and not it.prompt_id.startswith("contrast:"))  # coconot_contrast has them
+    out.extend(CorpusItem(it.uid, it.source, it.prompt_id, it.request, None,
+                          {"group": "answer_texts"})
+               for it in load_corpus(["answer_texts"], split))
     return out
 
 

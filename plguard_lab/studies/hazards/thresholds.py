@@ -39,7 +39,9 @@ MAX_FP = 0.05  # the dev false-positive rate each benign group may reach
 # request would decide a 5% cap) and written by us; their rate is reported, not capped.
 # CoCoNot's plain requests are capped too: a threshold fitted on look-alikes of hazards
 # alone flagged half of the ordinary user texts of a set nobody here trained on (issue 40).
-CAPPED = ("coconot_contrast", "xstest_safe", "coconot_plain")
+# So are benign answers read as texts (answer_texts): user texts are not only requests,
+# and the shipped heads flagged 55% of them at the threshold fitted without them.
+CAPPED = ("coconot_contrast", "xstest_safe", "coconot_plain", "answer_texts")
 CURVE = (0.01, 0.02, 0.05, 0.1, 0.2)  # other caps the file lists, to choose another
 
 
