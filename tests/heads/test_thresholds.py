@@ -218,3 +218,38 @@ def test_crossfit_pairs_refit_joint_heads_out_of_fold():
     for p, v in zip(pairs, got, strict=True):
         by_prompt.setdefault(p.prompt_id, set()).add(round(float(v), 12))
     assert all(len(v) == 1 for v in by_prompt.values())
+
+
+def test_crossfit_pairs_ask_zero_shot_categories_of_the_pairs_requests_only():
+    """A category the heads file leaves zero-shot is read from its question, which
+    fit-heads asks of the scored pairs' requests only; the other dev requests train the
+    joint heads from their states and were never asked (this raised 'items lack stored
+    features' when every dev request was scored)."""
+    from plguard.policy import load_policy
+    from plguard.types import renormalise
+    from plguard_lab.studies.heads.thresholds import (crossfit_matrix, outcome_pairs,
+                                                      pair_requests, prompt_group)
+    from plguard_lab.training.fit import labels_for
+    from plguard_lab.training.joint import category_predicates
+
+    policy = load_policy("hazards")
+    items = load_corpus(["xstest", "ailuminate", "coconot"], "dev", 120)
+    pairs = outcome_pairs(items)
+    prompts = pair_requests(items, pairs)
+    ex = _Extractor([*items, *prompts.values()], d=64)
+    asked = {prompts[prompt_group(p)].uid for p in pairs}
+    unasked = [it for it in items if it.response is None and it.uid not in asked]
+    assert unasked
+    for it in unasked:
+        del ex.store.feats[ex.keys(it)[1]]
+    reqs = [it for it in items if it.response is None]
+    labels = labels_for(policy, reqs)
+    joint = [n for n in category_predicates(policy) if np.nansum(labels[n] == 1) >= 8]
+    zero_shot = joint.pop()  # left to its question, as heads fit does below the floor
+    heads = {n: Head("prefix", 1, "head", np.zeros(64), 0.0, (1.0, 0.0),
+                     info={"C": 1.0, "joint": joint}) for n in joint}
+    hf = HeadsFile("h.json", "0" * 12, heads, (1,), None, None, "g1", policy.id)
+    got, m = crossfit_matrix(policy, ex, items, hf)
+    assert len(got) == len(pairs) and not np.isnan(m).any()
+    col = m[:, policy.predicate_names.index(zero_shot)]
+    assert col == pytest.approx(renormalise(-0.5, -1.0))

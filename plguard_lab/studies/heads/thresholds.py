@@ -189,7 +189,9 @@ def _joint_columns(policy: Any, ex: Extractor, items: Sequence[CorpusItem], hf: 
         return {}
     from plguard_lab.studies.hazards.thresholds import crossfit_requests
 
-    uniq = list(prompts.values())
+    # The pairs' own requests only: a predicate the file leaves zero-shot is asked of the
+    # scored pairs' requests, not of every dev request (those train the heads by state).
+    uniq = list({prompt_group(p): prompts[prompt_group(p)] for p in pairs}.values())
     m = crossfit_requests(policy, ex, items, uniq, hf, folds)
     req = [s.name for s in policy.predicates if s.scope == "request"]
     at = {prompt_group(it): i for i, it in enumerate(uniq)}
