@@ -112,3 +112,31 @@ def test_crossfit_by_source_scores_each_source_with_heads_that_never_saw_it():
     # A category the other sources teach is still scored for ailuminate's requests.
     other = [n for n in taught if n not in only_ail]
     assert (by_source[np.ix_(ail, [names.index(n) for n in other])] > 0.0).any()
+
+
+def test_a_category_shipped_zero_shot_keeps_its_reading_in_the_crossfit():
+    """heads fit may fit the multinomial over every category yet ship a category zero-shot
+    (its head below the floor). The guard then reads that category's question, so the
+    threshold's cross-fit must too, not the refitted multinomial (a threshold fitted on the
+    multinomial's P flagged 77% of benign texts at run time)."""
+    from plguard.policy import load_policy
+    from plguard_lab.studies.hazards.thresholds import crossfit_requests
+    from plguard_lab.training.fit import labels_for
+
+    policy = load_policy("hazards")
+    corpus = load_corpus(("ailuminate", "coconot", "coconot_plain"), "dev", 80)
+    reqs = [it for it in corpus if it.response is None]
+    ex = _Extractor(corpus, d=16)
+    names = [s.name for s in policy.predicates if s.scope == "request"]
+    labels = labels_for(policy, reqs)
+    taught = [n for n in names if np.nansum(labels[n]) >= 3]
+    assert len(taught) >= 3
+    dropped = taught[:2]  # the first too: the recipe must come from a head the file has
+    heads = {n: Head("prefix", 1, "head", np.zeros(16), 0.0, (1.0, 0.0),
+                     info={"C": 1.0, "joint": taught}) for n in taught if n not in dropped}
+    hf = HeadsFile("h.json", "0" * 12, heads, (1,), None, None, "g1", policy.id)
+    got = crossfit_requests(policy, ex, corpus, reqs, hf)
+    for n in dropped:  # its raw zero-shot P (sigmoid(-3)), as the guard reads it
+        assert np.allclose(got[:, names.index(n)], 1 / (1 + np.exp(3.0))), n
+    kept = [names.index(n) for n in taught if n not in dropped]
+    assert not np.allclose(got[:, kept], 1 / (1 + np.exp(3.0)))  # the multinomial's P

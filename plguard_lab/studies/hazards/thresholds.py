@@ -104,19 +104,25 @@ def crossfit_requests(policy: Any, ex: Extractor, corpus: Sequence[CorpusItem],
     if joint:  # the joint heads are refitted together, by their own recipe
         from plguard_lab.training.joint import JointModel
 
-        head = hf.heads[joint[0]]
+        head = hf.heads[next(n for n in joint if n in hf.heads)]
         X_tr, X_ev = design(head.readout, head.layer)
         Y = np.column_stack([labels[n] for n in joint])
         cols = [names.index(n) for n in joint]
+        # The multinomial is refitted over every category it was fitted on, but a category
+        # the file ships zero-shot (its head fell below the floor) keeps that reading: the
+        # guard reads its question, so the threshold must too.
+        headed = [j for j, n in enumerate(joint) if n in hf.heads]
         for k in range(folds):
             at = fold_ev == k
             if at.any():
                 Yk = Y[fold_tr != k]
                 taught = [j for j in range(Y.shape[1]) if np.nansum(Yk[:, j]) > 0]
-                out[np.ix_(at, cols)] = 0.0  # untaught categories (by source only)
+                out[np.ix_(at, [cols[j] for j in headed])] = 0.0  # untaught (by source)
                 if taught:
                     jm = JointModel(X_tr[fold_tr != k], Yk[:, taught], float(head.info["C"]))
-                    out[np.ix_(at, [cols[j] for j in taught])] = jm.proba(X_ev[at])
+                    keep = [i for i, j in enumerate(taught) if j in headed]
+                    out[np.ix_(at, [cols[taught[i]] for i in keep])] = \
+                        jm.proba(X_ev[at])[:, keep]
     for c, spec in enumerate(specs):
         head = hf.heads.get(spec.name)
         if head is None or spec.name in joint:
