@@ -26,7 +26,8 @@ and a candidate by the mean over categories of those worst sources. A category w
 positives all come from one source is not measured there (no other source teaches it).
 Where fewer than two sources can be held out, seeded folds by item stand in. A category
 whose worst held-out source reads more than ``WORST_TOLERANCE`` below zero-shot there
-keeps its zero-shot reading. The Platt map is fitted on the held-out logits.
+keeps its zero-shot reading. The shipped Platt map is fitted on item-fold logits (the
+multinomial it maps saw every source).
 """
 
 from __future__ import annotations
@@ -338,12 +339,12 @@ def fit_joint_heads(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
     X = X_at(readout, layer)
     C = min(CS_JOINT, key=lambda c: tried[(*at, c)] if (*at, c) in tried
             else score(at, c, X))
-    oof = oofs[(*at, C)]
-    if by_source:  # items of a source no fold held out: scored by item folds for Platt
-        gaps = np.isnan(oof).all(axis=1)
-        if gaps.any():
-            oof = np.where(gaps[:, None], _oof_logits(X, rows, cls, wts, C, len(sub)), oof)
-    jm = JointModel(X, Y, C, oof)
+    # The shipped map is fitted on item-fold logits, not the held-out-source ones that
+    # chose the recipe: the shipped multinomial saw every source, and a map fitted on
+    # logits of sources it never saw came out flat (slope 0.019 on the embedded model's
+    # hazards: every request read near 0.02), so nothing the guard read matched the
+    # threshold, which is fitted on item folds too (plguard_lab.studies.hazards.thresholds).
+    jm = JointModel(X, Y, C, None if by_source else oofs[(*at, C)])
     heldout = category_heldout(oofs[(*at, C)], Y, groups, scored, taught if by_source else None)
     zs_held = (category_heldout(_zs_logits(zero_shot, classes, len(sub), idx), Y, groups,
                                 scored) if zero_shot is not None and by_source

@@ -225,6 +225,15 @@ def test_joint_heads_are_chosen_and_measured_by_held_out_source(hazards):
     assert platt["a"] > 0.1, platt
     p = 1 / (1 + np.exp(-(platt["a"] * np.array([-5.0, 5.0]) + platt["b"])))
     assert p[1] - p[0] > 0.5
+    # And it is the item-fold map of the multinomial that ships (fitted on every source),
+    # the one the thresholds' cross-fit reads, not a map of held-out-source logits.
+    from plguard_lab.training.joint import JointModel
+
+    X = np.stack([feats[f"{it.uid}/prefix"].states[0] for it in items]).astype(np.float64)
+    Y = np.column_stack([labels[n] for n in summary["classes"]])
+    jm = JointModel(X, Y, summary["C"])
+    assert platt == {"a": pytest.approx(float(jm.platt.coef_[0][0])),
+                     "b": pytest.approx(float(jm.platt.intercept_[0]))}
     # Defamation is measured where another source teaches it: nowhere but s3's own items.
     assert all(np.isnan(v) for v in by[dfm].heldout.values())
     # Violent crime's head holds near zero-shot's perfect reading, within the tolerance.
