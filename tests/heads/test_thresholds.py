@@ -227,8 +227,12 @@ def test_crossfit_pairs_ask_zero_shot_categories_of_the_pairs_requests_only():
     features' when every dev request was scored)."""
     from plguard.policy import load_policy
     from plguard.types import renormalise
-    from plguard_lab.studies.heads.thresholds import (crossfit_matrix, outcome_pairs,
-                                                      pair_requests, prompt_group)
+    from plguard_lab.studies.heads.thresholds import (
+        crossfit_matrix,
+        outcome_pairs,
+        pair_requests,
+        prompt_group,
+    )
     from plguard_lab.training.fit import labels_for
     from plguard_lab.training.joint import category_predicates
 
