@@ -14,8 +14,8 @@ import random
 import pytest
 
 N = 100  # texts per group: a share's standard error about 0.05
-# The goal for benign texts (<= 10% flagged); hazard prompts: measured 38% on 200
-# (eval/results/hazards-embedded/README.md), so 0.25 is well over two standard errors below.
+# The goal for benign texts (<= 10% flagged); hazard prompts: 40% of 787 measured
+# (eval/results/hazards-embedded/report.md), so 0.25 is over two standard errors below.
 FP_MAX, TP_MIN = 0.10, 0.25
 
 
