@@ -82,27 +82,38 @@ def test_crossfit_request_scores_are_not_in_sample():
     assert np.allclose(crossfit[:, k], 1 / (1 + np.exp(3.0)))
 
 
-def test_crossfit_by_source_scores_each_source_with_heads_that_never_saw_it():
-    """Joint category heads refitted per held-out source: a category only one source teaches
-    cannot be named for that source's requests (P 0), while folds of request texts, which
-    keep the source in training, do name it."""
+def _joint_setup():
+    """hazards, a small dev corpus of three sources, its requests, random states, the
+    request predicates and their labels: what the joint cross-fit tests share."""
     from plguard.policy import load_policy
-    from plguard_lab.studies.hazards.thresholds import crossfit_requests
     from plguard_lab.training.fit import labels_for
 
     policy = load_policy("hazards")
     corpus = load_corpus(("ailuminate", "coconot", "coconot_plain"), "dev", 80)
     reqs = [it for it in corpus if it.response is None]
-    ex = _Extractor(corpus, d=16)
     names = [s.name for s in policy.predicates if s.scope == "request"]
-    labels = labels_for(policy, reqs)
+    return policy, corpus, reqs, _Extractor(corpus, d=16), names, labels_for(policy, reqs)
+
+
+def _joint_heads(policy, joint, shipped):
+    """A heads file whose ``shipped`` categories carry the joint recipe over ``joint``."""
+    heads = {n: Head("prefix", 1, "head", np.zeros(16), 0.0, (1.0, 0.0),
+                     info={"C": 1.0, "joint": joint}) for n in shipped}
+    return HeadsFile("h.json", "0" * 12, heads, (1,), None, None, "g1", policy.id)
+
+
+def test_crossfit_by_source_scores_each_source_with_heads_that_never_saw_it():
+    """Joint category heads refitted per held-out source: a category only one source teaches
+    cannot be named for that source's requests (P 0), while folds of request texts, which
+    keep the source in training, do name it."""
+    from plguard_lab.studies.hazards.thresholds import crossfit_requests
+
+    policy, corpus, reqs, ex, names, labels = _joint_setup()
     src = np.array([it.source for it in reqs])
     taught = [n for n in names if np.nansum(labels[n]) >= 3]
     only_ail = [n for n in taught if np.nansum(labels[n][src != "ailuminate"]) == 0]
     assert only_ail and len(taught) > len(only_ail)
-    heads = {n: Head("prefix", 1, "head", np.zeros(16), 0.0, (1.0, 0.0),
-                     info={"C": 1.0, "joint": taught}) for n in taught}
-    hf = HeadsFile("h.json", "0" * 12, heads, (1,), None, None, "g1", policy.id)
+    hf = _joint_heads(policy, taught, taught)
     by_text = crossfit_requests(policy, ex, corpus, reqs, hf)
     by_source = crossfit_requests(policy, ex, corpus, reqs, hf, by_source=True)
     ail = src == "ailuminate"
@@ -119,22 +130,13 @@ def test_a_category_shipped_zero_shot_keeps_its_reading_in_the_crossfit():
     (its head below the floor). The guard then reads that category's question, so the
     threshold's cross-fit must too, not the refitted multinomial (a threshold fitted on the
     multinomial's P flagged 77% of benign texts at run time)."""
-    from plguard.policy import load_policy
     from plguard_lab.studies.hazards.thresholds import crossfit_requests
-    from plguard_lab.training.fit import labels_for
 
-    policy = load_policy("hazards")
-    corpus = load_corpus(("ailuminate", "coconot", "coconot_plain"), "dev", 80)
-    reqs = [it for it in corpus if it.response is None]
-    ex = _Extractor(corpus, d=16)
-    names = [s.name for s in policy.predicates if s.scope == "request"]
-    labels = labels_for(policy, reqs)
+    policy, corpus, reqs, ex, names, labels = _joint_setup()
     taught = [n for n in names if np.nansum(labels[n]) >= 3]
     assert len(taught) >= 3
     dropped = taught[:2]  # the first too: the recipe must come from a head the file has
-    heads = {n: Head("prefix", 1, "head", np.zeros(16), 0.0, (1.0, 0.0),
-                     info={"C": 1.0, "joint": taught}) for n in taught if n not in dropped}
-    hf = HeadsFile("h.json", "0" * 12, heads, (1,), None, None, "g1", policy.id)
+    hf = _joint_heads(policy, taught, [n for n in taught if n not in dropped])
     got = crossfit_requests(policy, ex, corpus, reqs, hf)
     for n in dropped:  # its raw zero-shot P (sigmoid(-3)), as the guard reads it
         assert np.allclose(got[:, names.index(n)], 1 / (1 + np.exp(3.0))), n
