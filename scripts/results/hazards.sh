@@ -24,9 +24,10 @@ if [ "$MODEL" = embedded ]; then TAG=${TAG:-embedded}; else TAG=${TAG:-qwen1.5b}
 R=eval/results/hazards-$TAG
 ZS_LIMIT=${ZS_LIMIT:-10}
 LIMIT=${LIMIT:-}   # dev items per source (XSTest is never cut); empty: all of dev
-# The committed results were fitted on these; SOURCES=...,answer_texts adds the benign
-# answers read as texts (plguard_lab.training.corpus), for a refit not yet shipped.
-SOURCES=${SOURCES:-xstest,ailuminate,coconot,coconot_plain,coconot_hazards,plguard_s14}
+# The committed results (2026-12-05) were fitted on these, the benign answers read as
+# texts (answer_texts, plguard_lab.training.corpus) among them; the earlier six-source
+# version is in git at 720ee62.
+SOURCES=${SOURCES:-xstest,ailuminate,coconot,coconot_plain,coconot_hazards,plguard_s14,answer_texts}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's plguard
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 # Heads: the category predicates fitted jointly (JOINT= for one-vs-rest heads); request
