@@ -16,17 +16,19 @@ How a stream is guarded (mode ``buffered``, the default):
    ``stream.window_tokens`` (grounding-model tokens, cut at a word boundary so no part of a
    word leaves alone; the first window is ``stream.first_window_tokens``, smaller, so the
    first text is released early), the window (the new text plus ``stream.overlap_tokens``
-   of what came before) is grounded, reasoned and decided exactly as :meth:`Guard.check` decides a
-   response (the request-scope scores are the memoised ones). Its text is released only
-   once that decision is not a refusal, and not its tail (the last ``overlap_tokens``, at
-   most half the window): that goes out only once the next window has read it with what
-   follows, so a passage that starts at the end of an allowed window is judged whole. A
-   window ends at the last word boundary within its size once the next boundary has
-   arrived, so where windows end depends on the draft, not on how its pieces arrived.
-   A window allowed but near a refusal (its strongest unsafe or unsafe-content rule at
-   ``stream.hold_fraction`` of its threshold or more) releases nothing more: the rest waits
-   for the final check. A refusal cancels generation at once and the stream
-   ends with the refusal, or with the ordinary repair when nothing was released yet.
+   of what came before) is grounded, reasoned and decided exactly as :meth:`Guard.check`
+   decides a response (the request-scope scores are the memoised ones), and so is its new
+   text alone, in the same batch, so the overlap's text cannot dilute a harmful opening.
+   Its text is released only once neither decision is a refusal, and not its tail (the
+   last ``overlap_tokens``, at most half the window): that goes out only once the next
+   window has read it with what follows, so a passage that starts at the end of an allowed
+   window is judged whole. A window ends at the last word boundary within its size once
+   the next boundary has arrived, so where windows end depends on the draft, not on how
+   its pieces arrived. A window allowed but near a refusal (its strongest unsafe or
+   unsafe-content rule, in either reading, at ``stream.hold_fraction`` of its threshold or
+   more) releases nothing more: the rest waits for the final check. A refusal cancels
+   generation at once and the stream ends with the refusal, or with the ordinary repair
+   when nothing was released yet.
 3. At the end the whole draft gets the ordinary decision (``Guard.check``'s grounding and
    decision code) before its held-back tail is released, so a stream refuses every draft the
    non-streaming guard refuses; a rewrite (over-refusal) is repaired when nothing was
@@ -282,9 +284,15 @@ class GuardedStream:
 
     def _assess(self, answer: str) -> _Verdict:
         """``answer`` grounded, reasoned and decided exactly as Guard.check does."""
-        a = self.guard.assess([(self.req, answer)])[0]
-        _add_times(self.timings, a.timings_s)
-        return _Verdict(a.decision, a.grounding, a.policy)
+        return self._assess_all([answer])[0]
+
+    def _assess_all(self, answers: Sequence[str]) -> list[_Verdict]:
+        """Each of ``answers`` judged as :meth:`_assess` does, in one batch."""
+        out = []
+        for a in self.guard.assess([(self.req, answer) for answer in answers]):
+            _add_times(self.timings, a.timings_s)
+            out.append(_Verdict(a.decision, a.grounding, a.policy))
+        return out
 
     # -- the stream --------------------------------------------------------------------------
 
@@ -355,12 +363,19 @@ class GuardedStream:
                ) is not None:
             self.windows += 1
             window = self.text[self.win_start:cut]
-            v = self._step(f"window_{self.windows}", functools.partial(self._assess, window))
-            if v.decision.action == "refuse":
-                return v
+            # The window is read whole (its overlap re-reads the last window's tail with what
+            # follows) and, where it has an overlap, its fresh text alone too: a few words of
+            # benign text before a harmful opening can dilute the whole window's reading
+            # (measured: 0.18 whole, 0.96 fresh; tests/test_content_leak.py).
+            texts = [window, *([self.text[self.checked:cut]] if self.checked > self.win_start
+                               else [])]
+            vs = self._step(f"window_{self.windows}", functools.partial(self._assess_all, texts))
+            v = vs[0]
+            if refused := [w for w in vs if w.decision.action == "refuse"]:
+                return max(refused, key=lambda w: w.decision.strongest_content[1])
             if v.decision.action == "rewrite" and not self.sent:
                 self.hold = True  # over-refusing from the start: repaired at the end
-            if self._doubtful(v.decision):
+            if any(self._doubtful(w.decision) for w in vs):
                 self.hold = True  # the final check on the whole draft decides the rest
             # The window's tail goes out only once the next window has read it with what
             # follows: a passage that starts at the end of an allowed window is judged whole.

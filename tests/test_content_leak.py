@@ -440,10 +440,17 @@ def test_guard_stream_never_releases_the_harmful_passage(backend, k):
 
 @pytest.mark.slow
 def test_guard_stream_with_small_windows_never_releases_the_harmful_passage(backend):
-    """Windows of 64 tokens (32 first, 16 overlap): the passage spans several."""
+    """Windows of 64 tokens (32 first, 16 overlap): the passage spans several.
+
+    The passage opens a few words after a window's overlap of benign text, which diluted
+    that window's reading to 0.18 on an AMX machine (0.96 for its new text alone): each
+    window's new text is read alone too. Streamed twice on one guard: the second time
+    the request's scores are memoised, so windows are cut as the pieces arrive.
+    """
     with make_guard(backend, stream=SMALL_WINDOWS) as guard:
-        sent, end, _ = run_stream(guard, REQUEST, ANSWER)
-    assert_blocked_stream(guard, sent, end)
+        for _ in range(2):
+            sent, end, _ = run_stream(guard, REQUEST, ANSWER)
+            assert_blocked_stream(guard, sent, end)
 
 
 @pytest.mark.slow
