@@ -31,6 +31,11 @@ from .test_batch_embedded import ROWS, config  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 METHODS = ("base", "policy_prompting", "llm_judge", "plguard")
+# Texts and actions must match exactly; probabilities to 1e-4. On one torch thread an actor
+# and the local process still need not run the same float32 kernels (oneDNN picks them by
+# machine and process state): inside the full suite on an AMX machine they differed by up
+# to 4e-6 (CI, aee2896), while each test alone matched to 1e-6.
+ATOL = 1e-4
 
 
 @pytest.fixture(scope="module")
@@ -95,8 +100,8 @@ def test_batch_on_ray_gives_the_local_traces(cluster, tmp_path):
         b = remote[rid]
         assert (b["draft"], b["final"], b["action"]) == (a["draft"], a["final"], a["action"])
         if a["error"] is None:
-            assert json.loads(b["predicates"]) == pytest.approx(a["predicates"], abs=1e-6)
-            assert json.loads(b["rules"]) == pytest.approx(a["rules"], abs=1e-6)
+            assert json.loads(b["predicates"]) == pytest.approx(a["predicates"], abs=ATOL)
+            assert json.loads(b["rules"]) == pytest.approx(a["rules"], abs=ATOL)
         else:
             assert b["error"] == a["error"]
 
@@ -166,4 +171,4 @@ def test_eval_on_ray_survives_an_actor_killed_mid_run(cluster, tmp_path):
             for i, r in remote.items():
                 assert r["details"]["action"] == local[i]["details"]["action"]
                 assert r["details"]["predicates"] == pytest.approx(
-                    local[i]["details"]["predicates"], abs=1e-6)
+                    local[i]["details"]["predicates"], abs=ATOL)
