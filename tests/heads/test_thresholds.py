@@ -257,3 +257,62 @@ def test_crossfit_pairs_ask_zero_shot_categories_of_the_pairs_requests_only():
     assert len(got) == len(pairs) and not np.isnan(m).any()
     col = m[:, policy.predicate_names.index(zero_shot)]
     assert col == pytest.approx(renormalise(-0.5, -1.0))
+
+
+@pytest.mark.slow
+def test_fit_heads_asks_each_question_only_where_it_is_read(embedded_backend_bf16, tmp_path):
+    """The cross-fit's extraction on the real model: a head with mode ``both`` has its
+    question asked of every training item of its scope; a predicate without a head is
+    asked of the scored pairs only; a state head's predicate is never asked; the pair read
+    is taken only because a head reads it. What is stored is enough for the cross-fit."""
+    from plguard.config import GroundingConfig
+    from plguard.policy import load_policy
+    from plguard_lab.studies.heads.thresholds import (
+        crossfit_matrix,
+        extract_for_thresholds,
+        outcome_pairs,
+        pair_requests,
+        prompt_group,
+        sample_prompts,
+    )
+    from plguard_lab.training.features import FeatureStore
+
+    policy = load_policy("minimal")
+    every = load_corpus(["xstest"], "dev")
+    first = sorted({it.prompt_id for it in every})[:12]
+    items = [it for it in every if it.prompt_id in first]  # 12 prompts, 60 answers
+    keep = sample_prompts(items, 4)
+    pairs = outcome_pairs(items, keep)
+    reqs = pair_requests(items, pairs)
+    scored = [*pairs, *{prompt_group(p): reqs[prompt_group(p)] for p in pairs}.values()]
+    h = {"C": 1.0}
+    heads = {"request_is_harmful": Head("prefix", 2, "both", np.zeros(577), 0.0, (1.0, 0.0),
+                                        info=h),
+             "request_is_benign_sensitive_context": Head("pair_prefix", 2, "head",
+                                                         np.zeros(576), 0.0, (1.0, 0.0), info=h),
+             "response_provides_harmful_instructions": Head("pool", 2, "head", np.zeros(576),
+                                                            0.0, (1.0, 0.0), info=h)}
+    hf = HeadsFile("h.json", "0" * 12, heads, (2,), None, None, "g1", policy.id)
+    store = FeatureStore(tmp_path / "f.sqlite")
+    ex = extract_for_thresholds(policy, hf, embedded_backend_bf16, GroundingConfig(), store,
+                                (2,), items, scored, progress=False)
+
+    def asked(name, its):
+        block = ex.grounder.question_block(policy.predicate(name),
+                                           policy.predicate(name).question)
+        have = store.has([ex.question_key(it, block) for it in its])
+        return [ex.question_key(it, block) in have for it in its]
+
+    requests = [it for it in items if it.response is None]
+    answers = [it for it in items if it.response is not None]
+    unscored = [it for it in answers if it.uid not in {p.uid for p in pairs}]
+    assert pairs and unscored and requests
+    assert all(asked("request_is_harmful", requests))  # mode both: every training request
+    assert not any(asked("request_is_benign_sensitive_context", requests))  # a state head
+    assert not any(asked("response_provides_harmful_instructions", answers))
+    assert all(asked("response_refuses", pairs))  # no head: zero-shot, the scored pairs
+    assert not any(asked("response_refuses", unscored))
+    for keys in ([ex.pair_key(it) for it in requests], [ex.pool_key(it) for it in answers]):
+        assert store.has(keys) == set(keys)  # (two answers of one prompt may share a key)
+    got, m = crossfit_matrix(policy, ex, items, hf, folds=2, prompt_ids=keep)
+    assert len(got) == len(pairs) and not np.isnan(m).any()

@@ -243,6 +243,39 @@ def threshold_document(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
         "thresholds": thresholds}
 
 
+def extract_for_thresholds(policy: Any, hf: HeadsFile, backend: Any, grounding: Any,
+                           store: Any, layers: Sequence[int], train: Sequence[CorpusItem],
+                           scored: Sequence[CorpusItem], progress: bool = True) -> Extractor:
+    """Store what the cross-fit reads, and no more; the extractor to read it with.
+
+    Every question forward costs a large model a grounding call, so each predicate is
+    asked only where it is read: one whose head reads its question (``question``, or mode
+    ``both``) of its scope's training items and the scored ones; one without a head (read
+    zero-shot) of the scored items alone. States (prefix, pool) are kept for the scopes
+    with heads, and the pair read only where a head reads it. Feature keys do not depend
+    on which predicates an extractor asks, so the returned one reads all of them.
+    """
+    def is_asked(n: str) -> bool:
+        h = hf.heads.get(n)
+        return h is not None and (h.readout == "question" or h.mode != "head")
+
+    pool = hf.reads("pool")
+    pair_heads = hf.reads("pair_prefix")
+    headed = {policy.predicate(n).scope for n in hf.heads}
+    todo = {it.uid: it for it in [*train, *scored]}
+    base = Extractor(backend, policy.predicates, grounding, store, layers, questions=False,
+                     pairs=pair_heads, pool=pool)
+    base.run([it for it in todo.values() if it.scope in headed], progress=progress)
+    for specs, items in (([s for s in policy.predicates if is_asked(s.name)], todo.values()),
+                         ([s for s in policy.predicates if s.name not in hf.heads], scored)):
+        scopes = {s.scope for s in specs}
+        if specs:
+            Extractor(backend, specs, grounding, store, layers, questions=scopes, pairs=False,
+                      pool=pool).run([it for it in items if it.scope in scopes],
+                                     progress=progress)
+    return base
+
+
 def fit_heads_thresholds(config: Any, heads: str | Path, out: str | Path, *,
                          rewrite: Any = None, folds: int = FOLDS, backend: Any = None,
                          progress: bool = True, target: str | None = None,
@@ -311,26 +344,8 @@ def fit_heads_thresholds(config: Any, heads: str | Path, out: str | Path, *,
     asked = {it.uid: it for it in items}
     reqs = pair_requests(items, pairs)
     scored = {it.uid: it for it in [*pairs, *(reqs[prompt_group(p)] for p in pairs)]}
-    asks = any(h.readout in ("question", "pair_prefix") or h.mode != "head"
-               for h in hf.heads.values())
-    if asks:
-        ex = Extractor(gb, policy.predicates, config.grounding, store, layers,
-                       pool=hf.reads("pool"))
-        ex.run(list({**asked, **scored}.values()), progress=progress)
-    else:
-        # Question-free heads train on states alone (one forward per item, the same keys),
-        # of the scopes that have heads (request-only heads need no pair forwarded); only
-        # the predicates without a head are asked, and only of the scored pairs and their
-        # requests, where they are read zero-shot.
-        headed = {policy.predicate(n).scope for n in hf.heads}
-        Extractor(gb, policy.predicates, config.grounding, store, layers, questions=False,
-                  pairs=False, pool=hf.reads("pool")).run(
-            [it for it in {**asked, **scored}.values() if it.scope in headed],
-            progress=progress)
-        unheaded = [s for s in policy.predicates if s.name not in hf.heads]
-        ex = Extractor(gb, unheaded or policy.predicates, config.grounding, store, layers,
-                       questions=bool(unheaded), pairs=False, pool=hf.reads("pool"))
-        ex.run(list(scored.values()), progress=progress)
+    ex = extract_for_thresholds(policy, hf, gb, config.grounding, store, layers,
+                                list(asked.values()), list(scored.values()), progress)
     doc = threshold_document(policy, ex, items, hf, backend_identity(gb), rewrite, folds,
                              prompt_ids=keep)
     ex.store.close()
@@ -349,6 +364,7 @@ def fit_heads_thresholds(config: Any, heads: str | Path, out: str | Path, *,
     return path
 
 
-__all__ = ["OUTCOME_LABELS", "TARGETS", "crossfit_matrix", "fit_heads_thresholds",
+__all__ = ["OUTCOME_LABELS", "TARGETS", "crossfit_matrix", "extract_for_thresholds",
+           "fit_heads_thresholds",
            "outcome_pairs", "pair_requests", "prompt_folds", "prompt_group", "sample_prompts",
            "threshold_document"]
