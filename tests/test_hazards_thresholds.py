@@ -142,3 +142,48 @@ def test_a_category_shipped_zero_shot_keeps_its_reading_in_the_crossfit():
         assert np.allclose(got[:, names.index(n)], 1 / (1 + np.exp(3.0))), n
     kept = [names.index(n) for n in taught if n not in dropped]
     assert not np.allclose(got[:, kept], 1 / (1 + np.exp(3.0)))  # the multinomial's P
+
+
+def test_zero_shot_categories_are_read_through_their_dev_platt_maps():
+    """A category left to its question gets a Platt map fitted on the dev items' groups:
+    an informative reading keeps its order (out of fold for the threshold), one that points
+    the wrong way becomes the flat base rate, headed and non-category predicates are left
+    as they are."""
+    from plguard.policy import load_policy
+    from plguard_lab.studies.hazards.items import test_items
+    from plguard_lab.studies.hazards.thresholds import zero_shot_maps
+    from plguard_lab.studies.quality.platt import apply_platt
+    from plguard_lab.training.joint import category_predicates
+
+    policy = load_policy("hazards")
+    names = [s.name for s in policy.predicates if s.scope == "request"]
+    codes = category_predicates(policy)
+    good, bad, headed = "request_seeks_self_harm", "request_sexualises_minors", \
+        "request_seeks_violent_crime"
+    items = test_items("dev")
+    groups = np.array([it.fields["group"] for it in items])
+    rng = np.random.default_rng(0)
+    probs = rng.uniform(0.2, 0.35, size=(len(items), len(names)))  # uninformative
+    gi, bi = names.index(good), names.index(bad)
+    probs[groups == codes[good], gi] += 0.3  # reads its category's items higher
+    probs[groups == codes[bad], bi] -= 0.15  # reads them lower
+    hf = HeadsFile("h.json", "0" * 12, {headed: Head("prefix", 1, "head", np.zeros(4), 0.0,
+                                                     (1.0, 0.0))},
+                   (1,), None, None, "g1", policy.id)
+    maps, out = zero_shot_maps(policy, hf, probs, items, names)
+    assert good in maps and bad in maps and headed not in maps
+    assert set(maps) <= set(codes) and set(maps) == {n for n in codes if n != headed
+                                                   and (groups == codes[n]).sum() >= 2}
+    assert maps[good]["a"] > 0 and maps[good]["category"] == codes[good]
+    assert maps[bad]["a"] == 0.0 and "not positive" in maps[bad]["fitted"]
+    rate = (groups == codes[bad]).mean()
+    assert 1 / (1 + np.exp(-maps[bad]["b"])) == pytest.approx(rate, rel=0.1)
+    assert np.ptp(out[:, bi]) < 0.01  # flat in every fold
+    assert np.array_equal(out[:, names.index(headed)], probs[:, names.index(headed)])
+    # Out of fold: no item is scored by the map fitted on all of dev, which it helped fit.
+    assert not np.allclose(out[:, gi], apply_platt(probs[:, gi], maps[good]["a"],
+                                                   maps[good]["b"]))
+    from plguard_lab.studies.quality.report import fast_auroc
+
+    y = groups == codes[good]
+    assert fast_auroc(y, out[:, gi]) > 0.95 and out[y, gi].mean() > out[~y, gi].mean()

@@ -27,7 +27,8 @@ def main() -> None:
                     help="zero-shot: a seeded sample of N prompts per group (0: all)")
     ap.add_argument("--calibration", action="append", default=[], metavar="NAME=FILE.json",
                     help="flag run NAME at the moderation threshold of this calibration file "
-                         "(`plguard eval quality fit-heads`, fitted on dev for its heads)")
+                         "(`plguard eval quality fit-heads`, fitted on dev for its heads), "
+                         "its zero-shot predicates read through the file's Platt maps")
     ap.add_argument("--heads-limit", type=int, default=0,
                     help="heads: a seeded sample of N prompts per group (0: all)")
     a = ap.parse_args()
@@ -37,10 +38,12 @@ def main() -> None:
     for r in a.run:
         name, _, heads = r.partition("=")
         runs[name] = load_heads(heads) if heads else None
-    fitted = {}
+    fitted, maps = {}, {}
     for c in a.calibration:
         name, _, path = c.partition("=")
-        th = load_calibration(path).thresholds
+        cal = load_calibration(path)
+        th = cal.thresholds
+        maps[name] = dict(cal.predicates)  # zero-shot categories' Platt maps, if any
         # Files fitted before thresholds.moderation existed carry it as the unsafe one.
         t = th.get("moderation", th.get("unsafe"))
         if name not in runs or t is None:
@@ -49,7 +52,7 @@ def main() -> None:
         fitted[name] = t
     doc = hazards_report(backend, runs, cfg.grounding, zs_limit=a.zs_limit or None,
                          heads_limit=a.heads_limit or None,
-                         threshold=cfg.thresholds.moderation_at, thresholds=fitted,
+                         threshold=cfg.thresholds.moderation_at, thresholds=fitted, maps=maps,
                          n_boot=eval_settings(cfg).bootstrap,
                          seed=eval_settings(cfg).seed)
     write(doc, Path(a.out))

@@ -42,12 +42,17 @@ REQUEST_READOUTS = ("prefix", "pool")  # the request prompt's question-free stat
 
 
 def request_matrix(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
-                   heads: HeadsFile | None) -> np.ndarray:
+                   heads: HeadsFile | None,
+                   maps: Mapping[str, tuple[float, float]] | None = None) -> np.ndarray:
     """P per (item, request predicate): the head where the file has one, else zero-shot.
 
-    A predicate without a head that no unsafe rule depends on (:func:`unsafe_inputs`) is
-    not read: its column holds its prior, which no worst-answer score can see.
+    A zero-shot P goes through its Platt map in ``maps`` (a calibration's, as the Grounder
+    applies them) where it has one. A predicate without a head that no unsafe rule depends
+    on (:func:`unsafe_inputs`) is not read: its column holds its prior, which no
+    worst-answer score can see.
     """
+    from plguard.calibration import platt
+
     specs = [s for s in policy.predicates if s.scope == "request"]
     needed = unsafe_inputs(policy)
     cols = []
@@ -70,6 +75,8 @@ def request_matrix(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
             raise ValueError(f"{len(set(keys)) - len(feats)} items lack stored features")
         if head is None:
             col = [renormalise(feats[k].logprob_true, feats[k].logprob_false) for k in keys]
+            if maps and spec.name in maps:
+                col = [platt(p, *maps[spec.name]) for p in col]
         else:
             j = heads.layers.index(head.layer)  # type: ignore[union-attr]
             col = [head.score(feats[k].states[j].astype(np.float64),
@@ -82,12 +89,15 @@ def hazards_report(backend: Any, runs: Mapping[str, HeadsFile | None], cfg: Any,
                    policy_name: str = "hazards", zs_limit: int | None = 10,
                    heads_limit: int | None = None, threshold: float = 0.5,
                    thresholds: Mapping[str, float] | None = None,
+                   maps: Mapping[str, Mapping[str, tuple[float, float]]] | None = None,
                    n_boot: int = 1000, seed: int = 0, progress: bool = True) -> dict[str, Any]:
     """One row per detector (``runs``: name -> heads file, None for zero-shot).
 
     Zero-shot reads a seeded ``zs_limit`` prompts per group, heads ``heads_limit`` (None:
     every test prompt); a smaller sample nests in a larger one. A detector flags at its
-    ``thresholds`` entry (one fitted on dev for its heads), else at ``threshold``.
+    ``thresholds`` entry (one fitted on dev for its heads), else at ``threshold``, and
+    reads its zero-shot predicates through its ``maps`` entry (its calibration's Platt
+    maps), as the guard does.
     """
     from plguard.grounding import backend_identity
     from plguard.policy import load_policy
@@ -114,7 +124,7 @@ def hazards_report(backend: Any, runs: Mapping[str, HeadsFile | None], cfg: Any,
                        pool=hf is not None and hf.reads("pool"))
         ex.run(items, progress=progress)
         t1 = time.perf_counter()
-        probs = request_matrix(policy, ex, items, hf)
+        probs = request_matrix(policy, ex, items, hf, (maps or {}).get(det))
         rules = worst_case_matrix(policy, probs, names)
         codes, scores = category_matrix(policy, rules)
         strongest = np.max(np.stack(list(rules.values())), axis=0)
@@ -122,7 +132,7 @@ def hazards_report(backend: Any, runs: Mapping[str, HeadsFile | None], cfg: Any,
         res = detection(codes, scores, [it.fields["group"] for it in items],
                         strongest >= t, n_boot, seed)
         rows.append({"detector": det, "heads": hf.label if hf is not None else None,
-                     "threshold": t,
+                     "threshold": t, "platt_maps": sorted((maps or {}).get(det, {})),
                      "n_items": len(items), "sample_per_category": limit or None,
                      "zero_shot_predicates": [s.name for s in unheaded],
                      "seconds": {"features": round(t1 - t0, 1),

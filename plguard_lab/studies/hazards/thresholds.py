@@ -156,6 +156,60 @@ def _states(ex: Extractor, items: Sequence[CorpusItem], readouts: Sequence[str]
     return {k: f.states.astype(np.float64) for k, f in feats.items()}
 
 
+def zero_shot_maps(policy: Any, hf: HeadsFile, probs: np.ndarray, items: Sequence[CorpusItem],
+                   names: Sequence[str], folds: int = FOLDS
+                   ) -> tuple[dict[str, dict[str, Any]], np.ndarray]:
+    """Platt maps of the categories read zero-shot; ``probs`` with them applied out of fold.
+
+    A category the heads file leaves to its question (the zero-shot floor) reads its raw
+    P(True), and on a small model that reading may carry no information: the embedded
+    model read 0.23-0.31 for every text, so one shared moderation threshold had to sit
+    above it and missed hazards the headed categories read below it. Mapped by Platt
+    scaling fitted on the dev study items' categories (each item's group is its category
+    code), the reading says what it knows and no more. A map whose slope is not positive
+    (the reading ranks the category's items below the others) is replaced by the flat
+    base rate: nothing is learned from a reading that points the wrong way. The maps are
+    fitted on every dev item for the file and cross-fitted by request text (the folds of
+    :func:`text_fold`) for the threshold, so no item is scored by a map fitted on it.
+    """
+    from plguard_lab.studies.quality.platt import apply_platt, fit_platt
+    from plguard_lab.studies.quality.report import fast_auroc
+    from plguard_lab.training.joint import category_predicates
+
+    codes = category_predicates(policy)
+    groups = np.array([it.fields["group"] for it in items])
+    fold = np.array([text_fold(it.request, folds) for it in items])
+    out = probs.copy()
+    maps: dict[str, dict[str, Any]] = {}
+
+    def fit(p: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+        a, b = fit_platt(p, y)
+        if a > 0:
+            return a, b
+        rate = (y.sum() + 1) / (len(y) + 2)  # Platt's smoothing, as fit_platt's targets
+        return 0.0, float(np.log(rate) - np.log1p(-rate))
+
+    for n in names:
+        if n in hf.heads or n not in codes:
+            continue
+        j = list(names).index(n)
+        y = (groups == codes[n]).astype(int)
+        if y.sum() < 2:
+            continue
+        for k in range(folds):
+            at = fold == k
+            if at.any():
+                out[at, j] = apply_platt(probs[at, j], *fit(probs[~at, j], y[~at]))
+        a, b = fit(probs[:, j], y)
+        maps[n] = {"a": a, "b": b, "category": codes[n], "n_pos": int(y.sum()),
+                   "n": int(len(y)), "auroc_raw": fast_auroc(y.astype(bool), probs[:, j]),
+                   "fitted": "Platt scaling of the zero-shot P(True) on the dev study "
+                             "items, each labelled by whether its group is this category"
+                             + ("" if a > 0 else "; the slope was not positive, so the "
+                                "flat base rate")}
+    return maps, out
+
+
 def pick_threshold(strongest: np.ndarray, groups: Sequence[str], max_fp: float = MAX_FP
                    ) -> dict[str, Any]:
     """The lowest threshold flagging at most ``max_fp`` of every benign group; its rates."""
@@ -184,8 +238,15 @@ def pick_threshold(strongest: np.ndarray, groups: Sequence[str], max_fp: float =
 def request_threshold_document(policy: Any, ex: Extractor, corpus: Sequence[CorpusItem],
                                items: Sequence[CorpusItem], hf: HeadsFile,
                                identity: Mapping[str, Any], max_fp: float = MAX_FP,
-                               folds: int = FOLDS, by_source: bool = False) -> dict[str, Any]:
+                               folds: int = FOLDS, by_source: bool = False,
+                               question_digests: Mapping[str, str] | None = None
+                               ) -> dict[str, Any]:
     """The calibration document (the unsafe threshold) of request heads ``hf``.
+
+    The categories ``hf`` leaves zero-shot get Platt maps (:func:`zero_shot_maps`), which
+    the threshold is fitted through; ``question_digests`` (predicate -> the digest of its
+    question as the guard asks it) are recorded with them, so a changed question refuses
+    the file.
 
     ``by_source``: scored by heads refitted without each item's source
     (:func:`crossfit_requests`), so each benign group's rate is that of a source the heads
@@ -198,6 +259,7 @@ def request_threshold_document(policy: Any, ex: Extractor, corpus: Sequence[Corp
     names = [s.name for s in policy.predicates if s.scope == "request"]
     in_sample: dict[str, int] = {}
     probs = crossfit_requests(policy, ex, corpus, items, hf, folds, by_source, in_sample)
+    maps, probs = zero_shot_maps(policy, hf, probs, items, names, folds)
     how = ("by source: each source scored by heads refitted without it" if by_source else
            f"over {folds} folds of request texts")
     rules = worst_case_matrix(policy, probs, names)
@@ -230,8 +292,11 @@ def request_threshold_document(policy: Any, ex: Extractor, corpus: Sequence[Corp
                       **{k: v for k, v in pick.items() if k != "unsafe"},
                       "other_caps": [{k: v for k, v in pick_threshold(strongest, groups, c)
                                       .items() if k != "n"} for c in CURVE]},
-        "predicates": {}, "uncalibrated": {n: "zero-shot, raw P(True)" for n in names
-                                           if n not in hf.heads},
+        "predicates": {n: {**m, **({"question_sha256": question_digests[n]}
+                                   if question_digests and n in question_digests else {})}
+                       for n, m in maps.items()},
+        "uncalibrated": {n: "zero-shot, raw P(True)" for n in names
+                         if n not in hf.heads and n not in maps},
         # The moderation threshold only: a rule's worst-answer probability is not on the
         # scale of one over a real answer, so the guard's unsafe threshold is the pairs
         # fit's (--target both). Rewrites off: nothing here shows they pay, and plguard's
@@ -276,8 +341,12 @@ def fit_request_thresholds(backend: Any, config: Any, hf: HeadsFile, out: Path |
                   pairs=False, pool=pool).run([it for it in corpus if it.response is None],
                                               progress=progress)
         ex.run(items, progress=progress)
+        from plguard.grounding.prompt import question_digest
+
+        digests = {sp.name: question_digest(sp, config.grounding) for sp in specs}
         doc = request_threshold_document(policy, ex, corpus, items, hf,
-                                         backend_identity(backend), max_fp, folds, by_source)
+                                         backend_identity(backend), max_fp, folds, by_source,
+                                         digests)
     finally:
         ex.store.close()
     if out is not None:
@@ -304,4 +373,4 @@ def format_request_fit(doc: Mapping[str, Any]) -> str:
 
 
 __all__ = ["crossfit_requests", "fit_request_thresholds", "format_request_fit",
-           "pick_threshold", "request_threshold_document", "text_fold"]
+           "pick_threshold", "request_threshold_document", "text_fold", "zero_shot_maps"]
