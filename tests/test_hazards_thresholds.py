@@ -187,3 +187,32 @@ def test_zero_shot_categories_are_read_through_their_dev_platt_maps():
 
     y = groups == codes[good]
     assert fast_auroc(y, out[:, gi]) > 0.95 and out[y, gi].mean() > out[~y, gi].mean()
+
+
+def test_zero_shot_columns_are_read_by_question_key_whatever_the_extractor_asks():
+    """fit-heads hands the cross-fit an extractor that asks no question itself (the states'
+    one; the questions were asked by others, under the same keys): the zero-shot columns
+    are found by their question's key (an IndexError before)."""
+    from plguard.policy import load_policy
+    from plguard.types import renormalise
+    from plguard_lab.studies.hazards.metrics import unsafe_inputs
+    from plguard_lab.studies.hazards.report import request_matrix
+
+    class _StatesOnly(FakeExtractor):
+        with_questions = False
+
+        def keys(self, it):
+            return [f"{it.uid}/prefix"]
+
+        def question_key(self, it, block):
+            return f"{it.uid}/q"
+
+    policy = load_policy("hazards")
+    items = [it for it in load_corpus(["ailuminate"], "dev", 5)]
+    ex = _StatesOnly({f"{it.uid}/{s}": Feature(np.zeros((1, 4), np.float32), -0.5, -1.0)
+                      for it in items for s in ("prefix", "q")})
+    hf = HeadsFile("h.json", "0" * 12, {}, (1,), None, None, "g1", policy.id)
+    m = request_matrix(policy, ex, items, hf)
+    names = [s.name for s in policy.predicates if s.scope == "request"]
+    read = [j for j, n in enumerate(names) if n in unsafe_inputs(policy)]
+    assert read and m[:, read] == pytest.approx(renormalise(-0.5, -1.0))

@@ -65,9 +65,9 @@ def request_matrix(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
             cols.append([float(policy.priors.get(spec.name, 0.5))] * len(items))
             continue
         if head is None:
+            # By the question's key, whichever predicates ``ex`` itself asks.
             block = ex.grounder.question_block(spec, spec.question)
-            qpos = 1 + ex.questions("request").index(block)
-            keys = [ex.keys(it)[qpos] for it in items]
+            keys = [ex.question_key(it, block) for it in items]
         else:
             keys = [ex.state_key(it, head.readout) for it in items]
         feats = ex.store.get(keys)
