@@ -175,7 +175,7 @@ def test_zero_shot_categories_are_read_through_their_dev_platt_maps():
     assert set(maps) <= set(codes) and set(maps) == {n for n in codes if n != headed
                                                    and (groups == codes[n]).sum() >= 2}
     assert maps[good]["a"] > 0 and maps[good]["category"] == codes[good]
-    assert maps[bad]["a"] == 0.0 and "not positive" in maps[bad]["fitted"]
+    assert maps[bad]["a"] == 0.0 and "not positive" in maps[bad]["fitted"] and maps[bad]["flat"]
     rate = (groups == codes[bad]).mean()
     assert 1 / (1 + np.exp(-maps[bad]["b"])) == pytest.approx(rate, rel=0.1)
     assert np.ptp(out[:, bi]) < 0.01  # flat in every fold

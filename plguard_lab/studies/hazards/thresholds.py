@@ -172,7 +172,7 @@ def zero_shot_maps(policy: Any, hf: HeadsFile, probs: np.ndarray, items: Sequenc
     fitted on every dev item for the file and cross-fitted by request text (the folds of
     :func:`text_fold`) for the threshold, so no item is scored by a map fitted on it.
     """
-    from plguard_lab.studies.quality.platt import apply_platt, fit_platt
+    from plguard_lab.studies.quality.platt import apply_platt, ece, fit_platt
     from plguard_lab.studies.quality.report import fast_auroc
     from plguard_lab.training.joint import category_predicates
 
@@ -201,8 +201,14 @@ def zero_shot_maps(policy: Any, hf: HeadsFile, probs: np.ndarray, items: Sequenc
             if at.any():
                 out[at, j] = apply_platt(probs[at, j], *fit(probs[~at, j], y[~at]))
         a, b = fit(probs[:, j], y)
+        raw = probs[:, j]
+        # The fields of a zero-shot calibration's entries (format_fit reads them).
         maps[n] = {"a": a, "b": b, "category": codes[n], "n_pos": int(y.sum()),
-                   "n": int(len(y)), "auroc_raw": fast_auroc(y.astype(bool), probs[:, j]),
+                   "n": int(len(y)), "auroc": fast_auroc(y.astype(bool), raw),
+                   "flat": a == 0.0,
+                   "before": {"mean_pos": float(raw[y == 1].mean()),
+                              "mean_neg": float(raw[y == 0].mean()), "ece": ece(raw, y)},
+                   "after": {"ece": ece(apply_platt(raw, a, b), y)},
                    "fitted": "Platt scaling of the zero-shot P(True) on the dev study "
                              "items, each labelled by whether its group is this category"
                              + ("" if a > 0 else "; the slope was not positive, so the "
