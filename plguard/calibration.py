@@ -44,6 +44,10 @@ class Calibration:
     question_digests: Mapping[str, str] = field(default_factory=dict)
     legacy: bool = False
     heads_sha256: str | None = None  # thresholds fitted for this heads file's scores
+    # Platt maps applied by moderation alone (a request judged with no answer), to the
+    # zero-shot P of categories a heads file leaves to their questions: fitted on texts
+    # judged alone, they are not the pair decisions' calibration (``predicates``).
+    moderation: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -80,20 +84,13 @@ def load_calibration(path: str | Path) -> Calibration:
     if not isinstance(preds, Mapping):
         raise ConfigError(f"grounding.calibration: {p} has no 'predicates' mapping; write it "
                           "with `plguard calibrate`")
-    params: dict[str, tuple[float, float]] = {}
     digests: dict[str, str] = {}
-    for name, v in preds.items():
-        try:
-            a, b = float(v["a"]), float(v["b"])
-        except (KeyError, TypeError, ValueError):
-            raise ConfigError(f"grounding.calibration: {p}: predicate {name!r} needs numeric "
-                              "'a' and 'b'") from None
-        if not (math.isfinite(a) and math.isfinite(b)):
-            raise ConfigError(f"grounding.calibration: {p}: predicate {name!r} has a "
-                              "non-finite parameter")
-        params[str(name)] = (a, b)
-        if isinstance(v.get("question_sha256"), str):
-            digests[str(name)] = v["question_sha256"]
+    params = _maps(p, preds, "predicates", digests)
+    mod = data.get("moderation_predicates") or {}
+    if not isinstance(mod, Mapping):
+        raise ConfigError(f"grounding.calibration: {p}: 'moderation_predicates' must be a "
+                          "mapping of predicate -> {a, b}")
+    moderation = _maps(p, mod, "moderation_predicates", digests)
     fmt = data.get("format", LEGACY_FORMAT)
     model = data.get("model")
     model = model if isinstance(model, Mapping) else {"model_id": model}
@@ -110,13 +107,32 @@ def load_calibration(path: str | Path) -> Calibration:
         template_version=data.get("template_version"),
         policy_id=data.get("policy") if isinstance(data.get("policy"), str) else None,
         thresholds=thresholds, question_digests=digests, legacy=fmt != FORMAT,
-        heads_sha256=_heads_sha256(data.get("heads")))
+        heads_sha256=_heads_sha256(data.get("heads")), moderation=moderation)
     if cal.legacy:
         warnings.warn(f"grounding.calibration: {p} is a legacy calibration file (format "
                       f"{fmt!r}): it is checked against the model only, not the grounding "
                       "template, policy or questions it was fitted with; refit it with "
                       "`plguard calibrate`", UserWarning, stacklevel=2)
     return cal
+
+
+def _maps(path: Path, entries: Mapping[str, Any], key: str, digests: dict[str, str]
+          ) -> dict[str, tuple[float, float]]:
+    """Predicate -> Platt ``(a, b)`` of one mapping of the file; its question digests."""
+    params: dict[str, tuple[float, float]] = {}
+    for name, v in entries.items():
+        try:
+            a, b = float(v["a"]), float(v["b"])
+        except (KeyError, TypeError, ValueError):
+            raise ConfigError(f"grounding.calibration: {path}: {key}: predicate {name!r} "
+                              "needs numeric 'a' and 'b'") from None
+        if not (math.isfinite(a) and math.isfinite(b)):
+            raise ConfigError(f"grounding.calibration: {path}: {key}: predicate {name!r} has "
+                              "a non-finite parameter")
+        params[str(name)] = (a, b)
+        if isinstance(v.get("question_sha256"), str):
+            digests[str(name)] = v["question_sha256"]
+    return params
 
 
 def check_applies(cal: Calibration, *, model_sha256: str | None, model_id: str,

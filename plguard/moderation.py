@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from plguard.calibration import platt
 from plguard.errors import InputError
 from plguard.messages import check_text, request_text, to_chat
 from plguard.policy.bounds import MAX_FREE_PREDICATES, bounds, free_predicates
@@ -79,6 +80,9 @@ class Moderation:
     policy: PolicyResult
     decision: Decision
     timings_s: Mapping[str, float] = field(default_factory=dict)
+    #: The request predicates' P the worst case was scored with, where the calibration's
+    #: moderation maps changed them from the grounding's (``Calibration.moderation``).
+    mapped: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,10 +139,12 @@ def moderate(guard: ModerationGuard, inputs: Any) -> list[Moderation]:
         return out
 
     grounder = guard.grounder
+    cal = getattr(grounder, "calibration_file", None)
+    maps: Mapping[str, tuple[float, float]] = cal.moderation if cal is not None else {}
     if asked:
         gs = timed("ground", asked, lambda: grounder.ground(
             [(items[i].request, "") for i in asked], response=False))
-        rs = timed("reason", asked, lambda: worst_case(policy, gs))
+        rs = timed("reason", asked, lambda: worst_case(policy, gs, maps))
         for i, g, r in zip(asked, gs, rs, strict=True):
             groundings[i], results[i] = g, r
     if answered:
@@ -155,9 +161,11 @@ def moderate(guard: ModerationGuard, inputs: Any) -> list[Moderation]:
         d = _decision(guard, r, g, scope)
         timings = dict(spent[i])
         timings["total"] = sum(timings.values())
+        mapped = ({n: platt(g.probs[n], *ab) for n, ab in maps.items() if n in g.probs}
+                  if scope == "request" else {})
         out.append(Moderation(request=it.request, response=it.response, scope=scope,
                               flagged=d.action == "refuse", grounding=g, policy=r,
-                              decision=d, timings_s=timings))
+                              decision=d, timings_s=timings, mapped=mapped))
     return out
 
 
@@ -175,12 +183,16 @@ def check_request_side(policy: Policy) -> None:
                          f"{MAX_FREE_PREDICATES}")
 
 
-def worst_case(policy: Policy, groundings: Sequence[Grounding]) -> list[PolicyResult]:
+def worst_case(policy: Policy, groundings: Sequence[Grounding],
+               maps: Mapping[str, tuple[float, float]] | None = None) -> list[PolicyResult]:
     """Each unsafe query's probability for the worst answer, from request-side groundings.
 
     ``groundings`` hold (at least) every request-scope predicate; the response-scope ones
     are set to each true/false assignment in turn and every unsafe query keeps its highest
     probability. The result holds the unsafe rules and the unsafe aggregate only.
+    ``maps``: Platt ``(a, b)`` per request predicate, applied first (a calibration's
+    moderation maps: a category whose zero-shot reading carries no information reads at
+    its base rate instead of setting a floor under every text's score).
     """
     names = list(policy.predicate_names)
     free = set(free_predicates(policy))
@@ -193,7 +205,8 @@ def worst_case(policy: Policy, groundings: Sequence[Grounding]) -> list[PolicyRe
         if missing:
             raise InputError(f"no grounded probability for request predicate "
                              f"'{missing[0]}'")
-        rows.append([probs[n] for n in fixed])
+        rows.append([platt(probs[n], *maps[n]) if maps and n in maps else probs[n]
+                     for n in fixed])
     worst = bounds(policy, np.array(rows, dtype=np.float64).reshape(-1, len(fixed)), fixed,
                    keep).high
     return [PolicyResult(policy=policy.id, probs={q: float(worst[q][i]) for q in keep})

@@ -119,3 +119,52 @@ def test_category_keys_are_the_api_contract():
     assert (keys["S1"], keys["S2"], keys["S11"], keys["X1"], keys["X2"]) == (
         "violent_crimes", "non_violent_crimes", "suicide_and_self_harm", "misinformation",
         "over_reliance")
+
+
+def test_worst_case_reads_request_predicates_through_moderation_maps():
+    import math
+
+    policy = load_policy("minimal")
+    g = _grounding({"request_is_harmful": 0.3, "request_is_benign_sensitive_context": 0.2})
+    plain = worst_case(policy, [g])[0].probs
+    b = math.log(0.9 / 0.1)  # a flat map at 0.9
+    mapped = worst_case(policy, [g], {"request_is_harmful": (0.0, b)})[0].probs
+    assert plain["unsafe_compliance"] == pytest.approx(0.3)
+    assert mapped["unsafe_compliance"] == pytest.approx(0.9)
+    assert worst_case(policy, [g], {"no_such_predicate": (0.0, b)})[0].probs == plain
+
+
+@pytest.mark.slow
+def test_moderation_applies_the_calibrations_moderation_maps_and_only_there(tmp_path):
+    """The embedded model with the shipped hazards heads and a calibration whose moderation
+    map reads one zero-shot category at 0.99: a harmless text is flagged in that category
+    by moderation, its raw P stays in the grounding, and the guard's own pair decision
+    (which the moderation maps do not touch) reads the raw P."""
+    import math
+
+    from plguard import Guard
+    from plguard.calibration import load_calibration
+    from plguard.errors import ConfigError
+    from plguard.heads.artefact import shipped_calibration
+
+    shipped = shipped_calibration("hazards")
+    assert shipped is not None
+    doc = json.loads(shipped.read_text())
+    cat = "request_sexualises_minors"
+    doc["moderation_predicates"] = {cat: {"a": 0.0, "b": math.log(0.99 / 0.01)}}
+    forced = tmp_path / "cal.json"
+    forced.write_text(json.dumps(doc))
+    text = "Recommend a good book about the history of Rome."
+    g = Guard.from_config(policy="hazards", **{"grounding.calibration": str(forced),
+                                               "grounding.cache": None})
+    m = g.moderate(text)[0]
+    raw = m.grounding.probs[cat]
+    assert m.mapped[cat] == pytest.approx(0.99) and raw < 0.9
+    assert m.flagged and "S4" in m.decision.categories
+    assert g.check(text, "Try SPQR by Mary Beard.").decision.action == "allow"
+    # A malformed map is refused by name, before any grounding.
+    doc["moderation_predicates"] = {cat: {"a": "steep"}}
+    forced.write_text(json.dumps(doc))
+    with pytest.raises(ConfigError, match="moderation_predicates: predicate "
+                       "'request_sexualises_minors' needs numeric 'a' and 'b'"):
+        load_calibration(forced)

@@ -213,7 +213,9 @@ def _result(m: Moderation) -> ModerationResult:
         code_scores=scores, llama_guard=d.llama_guard,
         strongest_unsafe=RuleScore(rule=d.strongest_unsafe[0], p=d.strongest_unsafe[1]),
         strongest_content=RuleScore(rule=d.strongest_content[0], p=d.strongest_content[1]),
-        predicates=m.grounding.probs, rules=dict(m.policy.probs), policy=m.policy.policy,
+        # The P the rules were scored with: the calibration's moderation maps applied.
+        predicates={**m.grounding.probs, **m.mapped}, rules=dict(m.policy.probs),
+        policy=m.policy.policy,
         grounding_model=m.grounding.model, input_truncated=m.grounding.truncated,
         timings_s=dict(m.timings_s))
     return ModerationResult(

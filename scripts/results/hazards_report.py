@@ -28,7 +28,7 @@ def main() -> None:
     ap.add_argument("--calibration", action="append", default=[], metavar="NAME=FILE.json",
                     help="flag run NAME at the moderation threshold of this calibration file "
                          "(`plguard eval quality fit-heads`, fitted on dev for its heads), "
-                         "its zero-shot predicates read through the file's Platt maps")
+                         "its zero-shot predicates read through the file's moderation maps")
     ap.add_argument("--heads-limit", type=int, default=0,
                     help="heads: a seeded sample of N prompts per group (0: all)")
     a = ap.parse_args()
@@ -43,7 +43,7 @@ def main() -> None:
         name, _, path = c.partition("=")
         cal = load_calibration(path)
         th = cal.thresholds
-        maps[name] = dict(cal.predicates)  # zero-shot categories' Platt maps, if any
+        maps[name] = dict(cal.moderation)  # zero-shot categories' moderation maps, if any
         # Files fitted before thresholds.moderation existed carry it as the unsafe one.
         t = th.get("moderation", th.get("unsafe"))
         if name not in runs or t is None:

@@ -46,10 +46,10 @@ def request_matrix(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
                    maps: Mapping[str, tuple[float, float]] | None = None) -> np.ndarray:
     """P per (item, request predicate): the head where the file has one, else zero-shot.
 
-    A zero-shot P goes through its Platt map in ``maps`` (a calibration's, as the Grounder
-    applies them) where it has one. A predicate without a head that no unsafe rule depends
-    on (:func:`unsafe_inputs`) is not read: its column holds its prior, which no
-    worst-answer score can see.
+    A zero-shot P goes through its Platt map in ``maps`` (a calibration's moderation maps,
+    as moderation applies them) where it has one. A predicate without a head that no
+    unsafe rule depends on (:func:`unsafe_inputs`) is not read: its column holds its
+    prior, which no worst-answer score can see.
     """
     from plguard.calibration import platt
 
@@ -96,8 +96,8 @@ def hazards_report(backend: Any, runs: Mapping[str, HeadsFile | None], cfg: Any,
     Zero-shot reads a seeded ``zs_limit`` prompts per group, heads ``heads_limit`` (None:
     every test prompt); a smaller sample nests in a larger one. A detector flags at its
     ``thresholds`` entry (one fitted on dev for its heads), else at ``threshold``, and
-    reads its zero-shot predicates through its ``maps`` entry (its calibration's Platt
-    maps), as the guard does.
+    reads its zero-shot predicates through its ``maps`` entry (its calibration's
+    moderation maps), as moderation does.
     """
     from plguard.grounding import backend_identity
     from plguard.policy import load_policy

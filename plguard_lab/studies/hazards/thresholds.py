@@ -249,10 +249,10 @@ def request_threshold_document(policy: Any, ex: Extractor, corpus: Sequence[Corp
                                ) -> dict[str, Any]:
     """The calibration document (the unsafe threshold) of request heads ``hf``.
 
-    The categories ``hf`` leaves zero-shot get Platt maps (:func:`zero_shot_maps`), which
-    the threshold is fitted through; ``question_digests`` (predicate -> the digest of its
-    question as the guard asks it) are recorded with them, so a changed question refuses
-    the file.
+    The categories ``hf`` leaves zero-shot get moderation Platt maps
+    (:func:`zero_shot_maps`), which the threshold is fitted through; ``question_digests``
+    (predicate -> the digest of its question as the guard asks it) are recorded with them,
+    so a changed question refuses the file.
 
     ``by_source``: scored by heads refitted without each item's source
     (:func:`crossfit_requests`), so each benign group's rate is that of a source the heads
@@ -298,11 +298,15 @@ def request_threshold_document(policy: Any, ex: Extractor, corpus: Sequence[Corp
                       **{k: v for k, v in pick.items() if k != "unsafe"},
                       "other_caps": [{k: v for k, v in pick_threshold(strongest, groups, c)
                                       .items() if k != "n"} for c in CURVE]},
-        "predicates": {n: {**m, **({"question_sha256": question_digests[n]}
-                                   if question_digests and n in question_digests else {})}
-                       for n, m in maps.items()},
-        "uncalibrated": {n: "zero-shot, raw P(True)" for n in names
-                         if n not in hf.heads and n not in maps},
+        "predicates": {}, "uncalibrated": {n: "zero-shot, raw P(True)" for n in names
+                                           if n not in hf.heads},
+        # Applied by moderation alone (plguard.moderation.worst_case): fitted on texts
+        # judged alone, while the guard's pair decisions keep the raw zero-shot P their
+        # thresholds were fitted on.
+        "moderation_predicates": {
+            n: {**m, **({"question_sha256": question_digests[n]}
+                        if question_digests and n in question_digests else {})}
+            for n, m in maps.items()},
         # The moderation threshold only: a rule's worst-answer probability is not on the
         # scale of one over a real answer, so the guard's unsafe threshold is the pairs
         # fit's (--target both). Rewrites off: nothing here shows they pay, and plguard's

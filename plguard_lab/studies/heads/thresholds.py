@@ -127,15 +127,12 @@ def sample_prompts(items: Sequence[CorpusItem], limit: int | None, seed: int = S
 
 
 def crossfit_matrix(policy: Any, ex: Extractor, items: Sequence[CorpusItem], hf: HeadsFile,
-                    folds: int = FOLDS, seed: int = SEED, prompt_ids: set[str] | None = None,
-                    maps: Mapping[str, Mapping[str, Any]] | None = None
+                    folds: int = FOLDS, seed: int = SEED, prompt_ids: set[str] | None = None
                     ) -> tuple[list[CorpusItem], np.ndarray]:
     """The XSTest dev pairs of ``items`` and their cross-fitted P per predicate.
 
-    A predicate without a head keeps its zero-shot P(True), through its Platt map in
-    ``maps`` (name -> ``{"a", "b"}``, the calibration's maps, as the guard applies them)
-    where it has one. ``prompt_ids``: score only these prompts' pairs (every item still
-    trains the heads).
+    A predicate without a head keeps its raw zero-shot P(True) (no fitting involved).
+    ``prompt_ids``: score only these prompts' pairs (every item still trains the heads).
     """
     from plguard_lab.training.fit import fold_head, labels_for
 
@@ -174,14 +171,7 @@ def crossfit_matrix(policy: Any, ex: Extractor, items: Sequence[CorpusItem], hf:
             z = model.decision_function(X_ev[at])
             col[at] = platt.predict_proba(z.reshape(-1, 1))[:, 1]
         cols.append(list(col))
-    m = np.array(cols, dtype=np.float64).T
-    if maps:
-        from plguard_lab.studies.quality.platt import apply_platt
-
-        for j, spec in enumerate(policy.predicates):
-            if spec.name in maps and spec.name not in hf.heads:
-                m[:, j] = apply_platt(m[:, j], maps[spec.name]["a"], maps[spec.name]["b"])
-    return pairs, m
+    return pairs, np.array(cols, dtype=np.float64).T
 
 
 def _joint_columns(policy: Any, ex: Extractor, items: Sequence[CorpusItem], hf: HeadsFile,
@@ -212,13 +202,8 @@ def _joint_columns(policy: Any, ex: Extractor, items: Sequence[CorpusItem], hf: 
 def threshold_document(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
                        hf: HeadsFile, identity: Mapping[str, Any],
                        rewrite: Any = None, folds: int = FOLDS,
-                       prompt_ids: set[str] | None = None,
-                       platt: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
-    """The calibration document for ``hf`` on the dev pairs of ``items``.
-
-    Thresholds, and ``platt``'s maps of zero-shot predicates (the moderation fit's, with
-    ``--target both``): the pairs are scored through them, as the guard will read them.
-    """
+                       prompt_ids: set[str] | None = None) -> dict[str, Any]:
+    """The calibration document (thresholds only) for ``hf`` on the dev pairs of ``items``."""
     from plguard.calibration import heads_calibration_header
     from plguard_lab.studies.quality.fit import (
         Records,
@@ -230,8 +215,7 @@ def threshold_document(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
     from plguard_lab.studies.quality.report import fast_auroc
 
     rule = rewrite or RewriteRule()
-    pairs, m = crossfit_matrix(policy, ex, items, hf, folds, prompt_ids=prompt_ids,
-                               maps=platt)
+    pairs, m = crossfit_matrix(policy, ex, items, hf, folds, prompt_ids=prompt_ids)
     rows = [{"label": p.fields["label"], "final_label": p.fields["final_label"],
              "prompt_id": prompt_group(p), "id": p.uid} for p in pairs]
     recs = Records(rows, {})
@@ -253,9 +237,9 @@ def threshold_document(policy: Any, ex: Extractor, items: Sequence[CorpusItem],
                                  "chose them on all of dev)",
                       "crossfit_auroc": {"unsafe": fast_auroc(y_u, u),
                                          "over_refusal": fast_auroc(y_o, o)}},
-        "predicates": dict(platt or {}), "uncalibrated": {
+        "predicates": {}, "uncalibrated": {
             s.name: "zero-shot, raw P(True)" for s in policy.predicates
-            if s.name not in hf.heads and s.name not in (platt or {})},
+            if s.name not in hf.heads},
         "thresholds": thresholds}
 
 
@@ -363,7 +347,7 @@ def fit_heads_thresholds(config: Any, heads: str | Path, out: str | Path, *,
     ex = extract_for_thresholds(policy, hf, gb, config.grounding, store, layers,
                                 list(asked.values()), list(scored.values()), progress)
     doc = threshold_document(policy, ex, items, hf, backend_identity(gb), rewrite, folds,
-                             prompt_ids=keep, platt=mod["predicates"] if mod else None)
+                             prompt_ids=keep)
     ex.store.close()
     cf = doc["fitted_on"]["crossfit_auroc"]
     md = (format_fit(doc) + f"\n\nHeads `{doc['heads']['file']}` (sha256 "
@@ -372,6 +356,8 @@ def fit_heads_thresholds(config: Any, heads: str | Path, out: str | Path, *,
           f"{cf['unsafe']:.3f}, over-refusal {cf['over_refusal']:.3f}.\n")
     if mod is not None:  # both: the guard's thresholds, and the moderation one beside them
         doc["thresholds"]["moderation"] = mod["thresholds"]["moderation"]
+        if mod.get("moderation_predicates"):  # its maps go with it (moderation alone)
+            doc["moderation_predicates"] = mod["moderation_predicates"]
         doc["fitted_on"]["moderation"] = mod["fitted_on"]
         md += "\n" + format_request_fit(mod)
     path.parent.mkdir(parents=True, exist_ok=True)
