@@ -379,7 +379,21 @@ def format_request_fit(doc: Mapping[str, Any]) -> str:
             "| benign flagged at most | thresholds.moderation | hazardous flagged |\n"
             "|---|---|---|\n"
             + "".join(f"| {c['max_fp']:.0%} | {c['unsafe']:.4f} | {c['dev_recall']:.1%} |\n"
-                      for c in f["other_caps"]))
+                      for c in f["other_caps"]) + _format_maps(doc))
+
+
+def _format_maps(doc: Mapping[str, Any]) -> str:
+    maps = doc.get("moderation_predicates") or {}
+    if not maps:
+        return ""
+    return ("\nModeration maps (applied by moderation alone) of the categories read "
+            "zero-shot, fitted on the dev study items:\n\n"
+            "| predicate | category | positives / n | AUROC raw | mean raw P pos / neg | a | b "
+            "|\n|---|---|---|---|---|---|---|\n"
+            + "".join(f"| {n}{' (flat: base rate)' if m['flat'] else ''} | {m['category']} | "
+                      f"{m['n_pos']} / {m['n']} | {m['auroc']:.3f} | "
+                      f"{m['before']['mean_pos']:.3f} / {m['before']['mean_neg']:.3f} | "
+                      f"{m['a']:.2f} | {m['b']:.2f} |\n" for n, m in maps.items()))
 
 
 __all__ = ["crossfit_requests", "fit_request_thresholds", "format_request_fit",
