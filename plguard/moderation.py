@@ -161,8 +161,7 @@ def moderate(guard: ModerationGuard, inputs: Any) -> list[Moderation]:
         d = _decision(guard, r, g, scope)
         timings = dict(spent[i])
         timings["total"] = sum(timings.values())
-        mapped = ({n: platt(g.probs[n], *ab) for n, ab in maps.items() if n in g.probs}
-                  if scope == "request" else {})
+        mapped = mapped_probs(g.probs, maps) if scope == "request" else {}
         out.append(Moderation(request=it.request, response=it.response, scope=scope,
                               flagged=d.action == "refuse", grounding=g, policy=r,
                               decision=d, timings_s=timings, mapped=mapped))
@@ -205,12 +204,18 @@ def worst_case(policy: Policy, groundings: Sequence[Grounding],
         if missing:
             raise InputError(f"no grounded probability for request predicate "
                              f"'{missing[0]}'")
-        rows.append([platt(probs[n], *maps[n]) if maps and n in maps else probs[n]
-                     for n in fixed])
+        probs = {**probs, **mapped_probs(probs, maps or {})}
+        rows.append([probs[n] for n in fixed])
     worst = bounds(policy, np.array(rows, dtype=np.float64).reshape(-1, len(fixed)), fixed,
                    keep).high
     return [PolicyResult(policy=policy.id, probs={q: float(worst[q][i]) for q in keep})
             for i in range(len(groundings))]
+
+
+def mapped_probs(probs: Mapping[str, float], maps: Mapping[str, tuple[float, float]]
+                 ) -> dict[str, float]:
+    """The predicates of ``probs`` that ``maps`` has, through their Platt maps."""
+    return {n: platt(probs[n], *ab) for n, ab in maps.items() if n in probs}
 
 
 def _decision(guard: ModerationGuard, result: PolicyResult, grounding: Grounding,
@@ -226,4 +231,4 @@ def category_key(name: str) -> str:
 
 
 __all__ = ["MAX_FREE_PREDICATES", "Moderation", "ModerationGuard", "category_key",
-           "check_request_side", "moderate", "parse_inputs", "worst_case"]
+           "check_request_side", "mapped_probs", "moderate", "parse_inputs", "worst_case"]
