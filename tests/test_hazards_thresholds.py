@@ -170,7 +170,9 @@ def test_zero_shot_categories_are_read_through_their_dev_platt_maps():
     hf = HeadsFile("h.json", "0" * 12, {headed: Head("prefix", 1, "head", np.zeros(4), 0.0,
                                                      (1.0, 0.0))},
                    (1,), None, None, "g1", policy.id)
-    maps, out = zero_shot_maps(policy, hf, probs, items, names)
+    from plguard.config import GroundingConfig
+
+    maps, out = zero_shot_maps(policy, hf, probs, items, names, GroundingConfig())
     assert good in maps and bad in maps and headed not in maps
     assert set(maps) <= set(codes) and set(maps) == {n for n in codes if n != headed
                                                    and (groups == codes[n]).sum() >= 2}

@@ -157,7 +157,7 @@ def _states(ex: Extractor, items: Sequence[CorpusItem], readouts: Sequence[str]
 
 
 def zero_shot_maps(policy: Any, hf: HeadsFile, probs: np.ndarray, items: Sequence[CorpusItem],
-                   names: Sequence[str], folds: int = FOLDS
+                   names: Sequence[str], grounding: Any, folds: int = FOLDS
                    ) -> tuple[dict[str, dict[str, Any]], np.ndarray]:
     """Platt maps of the categories read zero-shot; ``probs`` with them applied out of fold.
 
@@ -166,14 +166,16 @@ def zero_shot_maps(policy: Any, hf: HeadsFile, probs: np.ndarray, items: Sequenc
     model read 0.23-0.31 for every text, so one shared moderation threshold had to sit
     above it and missed hazards the headed categories read below it. Mapped by Platt
     scaling fitted on the dev study items' categories (each item's group is its category
-    code), the reading says what it knows and no more. A map whose slope is not positive
-    (the reading ranks the category's items below the others) is replaced by the flat
-    base rate: nothing is learned from a reading that points the wrong way. The maps are
-    fitted on every dev item for the file and cross-fitted by request text (the folds of
+    code), the reading says what it knows and no more; one that ranks backwards becomes
+    its base rate, as every zero-shot calibration does
+    (:func:`plguard_lab.studies.quality.fit.fit_increasing_platt`). The maps are fitted on
+    every dev item for the file and cross-fitted by request text (the folds of
     :func:`text_fold`) for the threshold, so no item is scored by a map fitted on it.
+    ``grounding``: the config the guard asks the questions with (their digests are
+    recorded, so a changed question refuses the file).
     """
-    from plguard_lab.studies.quality.platt import apply_platt, ece, fit_platt
-    from plguard_lab.studies.quality.report import fast_auroc
+    from plguard_lab.studies.quality.fit import calibration_entry, fit_increasing_platt
+    from plguard_lab.studies.quality.platt import apply_platt
     from plguard_lab.training.joint import category_predicates
 
     codes = category_predicates(policy)
@@ -181,40 +183,25 @@ def zero_shot_maps(policy: Any, hf: HeadsFile, probs: np.ndarray, items: Sequenc
     fold = np.array([text_fold(it.request, folds) for it in items])
     out = probs.copy()
     maps: dict[str, dict[str, Any]] = {}
-
-    def fit(p: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-        a, b = fit_platt(p, y)
-        if a > 0:
-            return a, b
-        rate = (y.sum() + 1) / (len(y) + 2)  # Platt's smoothing, as fit_platt's targets
-        return 0.0, float(np.log(rate) - np.log1p(-rate))
-
-    for n in names:
+    for j, n in enumerate(names):
         if n in hf.heads or n not in codes:
             continue
-        j = list(names).index(n)
-        y = (groups == codes[n]).astype(int)
+        raw, y = probs[:, j], (groups == codes[n]).astype(int)
         if y.sum() < 2:
             continue
         for k in range(folds):
             at = fold == k
             if at.any():
-                out[at, j] = apply_platt(probs[at, j], *fit(probs[~at, j], y[~at]))
-        a, b = fit(probs[:, j], y)
-        raw = probs[:, j]
-        # The fields of a zero-shot calibration's entries (format_fit reads them).
-        maps[n] = {"a": a, "b": b, "category": codes[n], "n_pos": int(y.sum()),
-                   "n": int(len(y)), "auroc": fast_auroc(y.astype(bool), raw),
-                   "flat": a == 0.0,
-                   "before": {"mean_pos": float(raw[y == 1].mean()),
-                              "mean_neg": float(raw[y == 0].mean()), "ece": ece(raw, y)},
-                   "after": {"ece": ece(apply_platt(raw, a, b), y)},
+                out[at, j] = apply_platt(raw[at], *fit_increasing_platt(raw[~at], y[~at])[:2])
+        a, b, flat = fit_increasing_platt(raw, y)
+        maps[n] = {**calibration_entry(raw, y, a, b, "platt", policy.predicate(n), grounding,
+                                       f"dev study items of category {codes[n]}", flat=flat),
+                   "category": codes[n],
                    "fitted": "Platt scaling of the zero-shot P(True) on the dev study "
                              "items, each labelled by whether its group is this category"
-                             + ("" if a > 0 else "; the slope was not positive, so the "
-                                "flat base rate")}
+                             + ("; the slope was not positive, so the flat base rate"
+                                if flat else "")}
     return maps, out
-
 
 def pick_threshold(strongest: np.ndarray, groups: Sequence[str], max_fp: float = MAX_FP
                    ) -> dict[str, Any]:
@@ -245,14 +232,12 @@ def request_threshold_document(policy: Any, ex: Extractor, corpus: Sequence[Corp
                                items: Sequence[CorpusItem], hf: HeadsFile,
                                identity: Mapping[str, Any], max_fp: float = MAX_FP,
                                folds: int = FOLDS, by_source: bool = False,
-                               question_digests: Mapping[str, str] | None = None
-                               ) -> dict[str, Any]:
+                               grounding: Any = None) -> dict[str, Any]:
     """The calibration document (the unsafe threshold) of request heads ``hf``.
 
     The categories ``hf`` leaves zero-shot get moderation Platt maps
-    (:func:`zero_shot_maps`), which the threshold is fitted through; ``question_digests``
-    (predicate -> the digest of its question as the guard asks it) are recorded with them,
-    so a changed question refuses the file.
+    (:func:`zero_shot_maps`, their questions as ``grounding`` asks them; None: the default
+    grounding config), which the threshold is fitted through.
 
     ``by_source``: scored by heads refitted without each item's source
     (:func:`crossfit_requests`), so each benign group's rate is that of a source the heads
@@ -265,7 +250,11 @@ def request_threshold_document(policy: Any, ex: Extractor, corpus: Sequence[Corp
     names = [s.name for s in policy.predicates if s.scope == "request"]
     in_sample: dict[str, int] = {}
     probs = crossfit_requests(policy, ex, corpus, items, hf, folds, by_source, in_sample)
-    maps, probs = zero_shot_maps(policy, hf, probs, items, names, folds)
+    if grounding is None:
+        from plguard.config import GroundingConfig
+
+        grounding = GroundingConfig()
+    maps, probs = zero_shot_maps(policy, hf, probs, items, names, grounding, folds)
     how = ("by source: each source scored by heads refitted without it" if by_source else
            f"over {folds} folds of request texts")
     rules = worst_case_matrix(policy, probs, names)
@@ -303,10 +292,7 @@ def request_threshold_document(policy: Any, ex: Extractor, corpus: Sequence[Corp
         # Applied by moderation alone (plguard.moderation.worst_case): fitted on texts
         # judged alone, while the guard's pair decisions keep the raw zero-shot P their
         # thresholds were fitted on.
-        "moderation_predicates": {
-            n: {**m, **({"question_sha256": question_digests[n]}
-                        if question_digests and n in question_digests else {})}
-            for n, m in maps.items()},
+        "moderation_predicates": maps,
         # The moderation threshold only: a rule's worst-answer probability is not on the
         # scale of one over a real answer, so the guard's unsafe threshold is the pairs
         # fit's (--target both). Rewrites off: nothing here shows they pay, and plguard's
@@ -351,12 +337,9 @@ def fit_request_thresholds(backend: Any, config: Any, hf: HeadsFile, out: Path |
                   pairs=False, pool=pool).run([it for it in corpus if it.response is None],
                                               progress=progress)
         ex.run(items, progress=progress)
-        from plguard.grounding.prompt import question_digest
-
-        digests = {sp.name: question_digest(sp, config.grounding) for sp in specs}
         doc = request_threshold_document(policy, ex, corpus, items, hf,
                                          backend_identity(backend), max_fp, folds, by_source,
-                                         digests)
+                                         config.grounding)
     finally:
         ex.store.close()
     if out is not None:

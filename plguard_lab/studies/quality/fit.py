@@ -261,8 +261,23 @@ def predicate_samples(recs: Records, raw: np.ndarray, gold: np.ndarray, j: int, 
     return x[keep], y[keep].astype(int)
 
 
-def _entry(xs: np.ndarray, ys: np.ndarray, a: float, b: float, method: str, spec: Any,
-           gcfg: GroundingConfig, target: str, flat: bool = False) -> dict[str, Any]:
+def fit_increasing_platt(xs: np.ndarray, ys: np.ndarray) -> tuple[float, float, bool]:
+    """Platt ``(a, b)`` of raw P ``xs`` on 0/1 ``ys``, and whether it was flattened.
+
+    A predicate that ranks backwards is misunderstood, not informative: a calibration
+    stays increasing, so it becomes its base rate instead of being turned upside down on
+    this sample.
+    """
+    a, b = fit_platt(xs, ys)
+    if a >= 0:
+        return a, b, False
+    rate = (ys.sum() + 1) / (ys.size + 2)
+    return 0.0, float(np.log(rate) - np.log1p(-rate)), True
+
+
+def calibration_entry(xs: np.ndarray, ys: np.ndarray, a: float, b: float, method: str,
+                      spec: Any, gcfg: GroundingConfig, target: str, flat: bool = False
+                      ) -> dict[str, Any]:
     """One predicate's calibration record, with before/after scores on its own samples."""
     from plguard.grounding import question_digest
 
@@ -313,16 +328,9 @@ def fit_predicates(recs: Records, policy: Policy
             skipped[spec.name] = (f"too few gold-labelled samples of one class "
                                   f"({n_pos} positive, {n_neg} negative)")
             continue
-        a, b = fit_platt(xs, ys)
-        flat = a < 0
-        if flat:
-            # A predicate that ranks backwards is misunderstood, not informative: a
-            # calibration stays increasing, so it becomes its base rate instead of
-            # being turned upside down on this sample.
-            rate = (n_pos + 1) / (n_pos + n_neg + 2)
-            a, b = 0.0, float(np.log(rate) - np.log1p(-rate))
+        a, b, flat = fit_increasing_platt(xs, ys)
         params[j] = (a, b)
-        preds[spec.name] = _entry(xs, ys, a, b, "platt", spec, gcfg,
+        preds[spec.name] = calibration_entry(xs, ys, a, b, "platt", spec, gcfg,
                                   proxies.get(j, "gold.yaml"), flat=flat)
     # A predicate with too few positives of its own (a rare harm category on a small dev
     # split) would keep its raw, compressed P(True), about 0.3 to 0.5: inside an OR of
@@ -344,7 +352,7 @@ def fit_predicates(recs: Records, policy: Policy
         for j in todo:
             spec = policy.predicates[j]
             params[j] = (a, b)
-            preds[spec.name] = _entry(*samples[j], a, b, "platt-pooled", spec, gcfg,
+            preds[spec.name] = calibration_entry(*samples[j], a, b, "platt-pooled", spec, gcfg,
                                       f"pooled: {px.size} samples of {len(cols)} {scope} "
                                       f"predicates ({skipped.pop(spec.name)})")
     return params, preds, skipped
@@ -520,7 +528,8 @@ def _f(x: float | None) -> str:
 
 
 __all__ = ["MIN_PER_CLASS", "REWRITE_ALPHA", "REWRITE_COST", "Records", "RewriteRule",
-           "apply_calibration", "best_f1_threshold", "finite_or_none", "fit_calibrations",
+           "apply_calibration", "best_f1_threshold", "calibration_entry", "finite_or_none",
+           "fit_calibrations", "fit_increasing_platt",
            "fit_policy", "fit_predicates", "fit_thresholds", "format_fit", "gold_matrix",
            "load_records", "net_benefit_threshold", "outcomes", "policy_matrix",
            "positive_support", "predicate_samples", "proxy_targets", "rewrite_p_value",
