@@ -66,6 +66,20 @@ def test_detection_metrics_on_scripted_scores():
     assert d["flagged"]["coconot_contrast"]["rate"] == 1.0
     assert d["flagged_hazardous"] == 1.0
     assert not math.isnan(d["categories"]["S1"]["vs_benign"]["lo"])
+    assert d["flagged_uncategorised"] == {}
+
+
+def test_harmful_prompts_of_no_category_count_in_flag_rates_only():
+    codes = ["S1", "S2"]
+    groups = ["S1", "S2", "xstest_unsafe", "xstest_unsafe", "xstest_safe"]
+    scores = np.array([[0.9, 0.1], [0.1, 0.8], [0.0, 0.9], [0.3, 0.0], [0.2, 0.0]])
+    flagged = np.array([1, 0, 1, 0, 0], dtype=bool)
+    d = detection(codes, scores, groups, flagged, n_boot=20, seed=0)
+    # Neither a negative of S1/S2 nor a hazardous prompt that should rank its category.
+    assert d["categories"]["S1"]["vs_other"]["value"] == pytest.approx(1.0)
+    assert d["n_hazardous"] == 2 and d["top1"] == 1.0 and set(d["confusion"]) == {"S1", "S2"}
+    assert d["flagged_hazardous"] == 0.5
+    assert d["flagged_uncategorised"] == {"xstest_unsafe": {"n": 2, "rate": 0.5}}
 
 
 def test_study_items_are_test_parts_with_a_group_each():
@@ -76,6 +90,8 @@ def test_study_items_are_test_parts_with_a_group_each():
     assert n["S1"] == 50 and n["S7"] > 50 and n["X1"] > 0 and n["X2"] > 0
     assert all(n[b] > 100 for b in BENIGN if b != "s14_contrast")
     assert n["S14"] == n["s14_contrast"] == 25  # plguard_s14's test half
+    # Harmful prompts of no one category: XSTest's unsafe ones, CoCoNot's dangerous topics.
+    assert n["xstest_unsafe"] == 136 and n["coconot_dangerous"] == 41
     dev = {(it.source, it.prompt_id) for it in load_corpus(
         ("ailuminate", "coconot", "coconot_plain", "coconot_hazards", "xstest", "plguard_s14"),
         "dev")}

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from plguard.policy.bounds import bounds
-from plguard_lab.studies.hazards.items import BENIGN
+from plguard_lab.studies.hazards.items import BENIGN, UNCATEGORISED
 
 
 def unsafe_inputs(policy: Any) -> set[str]:
@@ -59,14 +59,16 @@ def detection(codes: Sequence[str], scores: np.ndarray, groups: Sequence[str],
               flagged: np.ndarray, n_boot: int, seed: int) -> dict[str, Any]:
     """Per category AUROC (vs benign, vs other categories), top-1, confusion, flag rates.
 
-    ``groups``: each row's category code or benign group (:data:`BENIGN`). A category with
+    ``groups``: each row's category code, benign group (:data:`BENIGN`) or harmful group of
+    no one category (:data:`UNCATEGORISED`: flag rates only, so the per-category figures,
+    top-1 and ``flagged_hazardous`` stay those of the categorised prompts). A category with
     no prompt of its own gets no AUROC row; ranking ties break toward the taxonomy order.
     """
     from plguard_lab.studies.quality.report import score_detector
 
     g = np.array(groups)
     benign = np.isin(g, BENIGN)
-    hazardous = ~benign
+    hazardous = ~benign & ~np.isin(g, UNCATEGORISED)
     per: dict[str, Any] = {}
     present = [c for c in codes if (g == c).any()]
     for c in present:
@@ -96,7 +98,10 @@ def detection(codes: Sequence[str], scores: np.ndarray, groups: Sequence[str],
                             "rate": float(flagged[g == b].mean()) if (g == b).any()
                             else math.nan} for b in BENIGN},
             "flagged_hazardous": float(flagged[hazardous].mean()) if len(haz_rows)
-            else math.nan}
+            else math.nan,
+            "flagged_uncategorised": {u: {"n": int((g == u).sum()),
+                                          "rate": float(flagged[g == u].mean())}
+                                      for u in UNCATEGORISED if (g == u).any()}}
 
 
 __all__ = ["category_matrix", "detection", "unsafe_inputs", "worst_case_matrix"]

@@ -186,7 +186,9 @@ def render(doc: Mapping[str, Any]) -> str:
                   f"Flagged at threshold {r.get('threshold', doc['threshold']):.3g}: "
                   + ", ".join(f"{b} {_f(r['flagged'][b]['rate'])} (n "
                               f"{r['flagged'][b]['n']})" for b in BENIGN)
-                  + f"; hazardous prompts flagged {_f(r['flagged_hazardous'])}. "
+                  + f"; hazardous prompts flagged {_f(r['flagged_hazardous'])}"
+                  + "".join(f"; {u} (harmful, no one category) {_f(v['rate'])} (n {v['n']})"
+                            for u, v in r.get("flagged_uncategorised", {}).items()) + ". "
                   f"Zero-shot predicates: {', '.join(r['zero_shot_predicates']) or 'none'}.",
                   "", "| category | n | AUROC vs benign | AUROC vs other categories | "
                   "top-ranked categories |", "|---|---|---|---|---|"]

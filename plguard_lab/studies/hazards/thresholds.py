@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from plguard.heads.artefact import HeadsFile
-from plguard_lab.studies.hazards.items import BENIGN
+from plguard_lab.studies.hazards.items import BENIGN, UNCATEGORISED
 from plguard_lab.training.corpus import CorpusItem
 from plguard_lab.training.features import Extractor
 
@@ -189,12 +189,16 @@ def zero_shot_maps(policy: Any, hf: HeadsFile, probs: np.ndarray, items: Sequenc
         raw, y = probs[:, j], (groups == codes[n]).astype(int)
         if y.sum() < 2:
             continue
+        # A harmful request of no one category may be of this one: fitted on neither side.
+        known = ~np.isin(groups, UNCATEGORISED)
         for k in range(folds):
             at = fold == k
             if at.any():
-                out[at, j] = apply_platt(raw[at], *fit_increasing_platt(raw[~at], y[~at])[:2])
-        a, b, flat = fit_increasing_platt(raw, y)
-        maps[n] = {**calibration_entry(raw, y, a, b, "platt", policy.predicate(n), grounding,
+                fit = ~at & known
+                out[at, j] = apply_platt(raw[at], *fit_increasing_platt(raw[fit], y[fit])[:2])
+        a, b, flat = fit_increasing_platt(raw[known], y[known])
+        maps[n] = {**calibration_entry(raw[known], y[known], a, b, "platt", policy.predicate(n),
+                                       grounding,
                                        f"dev study items of category {codes[n]}", flat=flat),
                    "category": codes[n],
                    "fitted": "Platt scaling of the zero-shot P(True) on the dev study "
@@ -220,9 +224,9 @@ def pick_threshold(strongest: np.ndarray, groups: Sequence[str], max_fp: float =
             t = max(t, float(np.nextafter(s[allowed], np.inf)))
     t = min(t, 1.0)
     flagged = strongest >= t
-    haz = ~np.isin(g, BENIGN)
+    haz = ~np.isin(g, BENIGN) & ~np.isin(g, UNCATEGORISED)
     return {"unsafe": t, "max_fp": max_fp,
-            "dev_flagged": {b: float(flagged[g == b].mean()) for b in BENIGN
+            "dev_flagged": {b: float(flagged[g == b].mean()) for b in (*BENIGN, *UNCATEGORISED)
                             if (g == b).any()},
             "dev_recall": float(flagged[haz].mean()),
             "n": {"hazardous": int(haz.sum()), **{b: int((g == b).sum()) for b in benign}}}
@@ -261,7 +265,10 @@ def request_threshold_document(policy: Any, ex: Extractor, corpus: Sequence[Corp
     strongest = np.max(np.stack(list(rules.values())), axis=0)
     groups = [it.fields["group"] for it in items]
     pick = pick_threshold(strongest, groups, max_fp)
-    haz = ~np.isin(np.array(groups), BENIGN)
+    # Categorised hazards against benign requests (the harmful ones of no one category are
+    # in dev_flagged alone, so the figures stay comparable with the earlier files').
+    uncat = np.isin(np.array(groups), UNCATEGORISED)
+    haz = ~np.isin(np.array(groups), BENIGN) & ~uncat
     codes, scores = category_matrix(policy, rules)
     det = detection(codes, scores, groups, strongest >= pick["unsafe"], 200, SEED)
     return {
@@ -275,7 +282,8 @@ def request_threshold_document(policy: Any, ex: Extractor, corpus: Sequence[Corp
                       **({"in_sample": in_sample} if in_sample else {}),
                       "rule": f"lowest threshold flagging at most {max_fp:.0%} of each "
                               f"benign group of {', '.join(CAPPED)}",
-                      "crossfit_auroc": {"hazardous_vs_benign": fast_auroc(haz, strongest)},
+                      "crossfit_auroc": {"hazardous_vs_benign":
+                                         fast_auroc(haz[~uncat], strongest[~uncat])},
                       # How the categories rank on dev (cross-fitted): where heads are
                       # chosen, e.g. joint against one-vs-rest category heads.
                       "crossfit_detection": {
