@@ -1,0 +1,96 @@
+"""Does one category-agnostic harmful-request head transfer across sources? (issue 40)
+
+    OMP_NUM_THREADS=2 python scripts/results/general_harm_probe.py [--two-class-only]
+
+On the embedded model's cached question-free request states (prefix and pool, every
+default layer; what ``scripts/results/hazards.sh features`` stores), a logistic head learns
+each dev request's own label (unsafe vs safe or plain) from the hazards study's sources.
+Held out by source: each two-class source (XSTest, CoCoNot, CoCoNot hazards, the S14
+requests) is scored by a head fitted on the other sources, AUROC within it. Then, fitted on
+all of dev, the test part: AUROC within XSTest, AILuminate's prompts against the safe
+requests of the two-class sources, and CoCoNot's plain requests and the benign answer
+texts against their unsafe ones. ``--two-class-only`` trains on the two-class sources alone,
+so a head cannot tell harm apart by which source a text comes from.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+TWO_CLASS = ("coconot", "coconot_hazards", "plguard_s14", "xstest")
+ONE_CLASS = ("ailuminate", "coconot_plain", "answer_texts")
+STRENGTHS = (0.003, 0.03)
+
+
+def main() -> None:
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import StandardScaler
+
+    from plguard.backends import load_backend
+    from plguard.config import GuardConfig
+    from plguard.policy import load_policy
+    from plguard_lab.metrics import auroc
+    from plguard_lab.training.corpus import load_corpus
+    from plguard_lab.training.features import (
+        Extractor,
+        FeatureStore,
+        default_layers,
+        default_store_path,
+    )
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--two-class-only", action="store_true")
+    a = ap.parse_args()
+    cfg = GuardConfig.from_dict({"generator": {"path": "embedded"}})
+    backend = load_backend(cfg.grounder_model)
+    store = FeatureStore(default_store_path(backend))
+    layers = default_layers(backend.n_layers)
+    ex = Extractor(backend, load_policy("hazards").predicates, cfg.grounding, store, layers,
+                   questions=False, pairs=False, pool=True)
+    dev, test = ([it for it in load_corpus((*TWO_CLASS, *ONE_CLASS), split)
+                  if it.response is None] for split in ("dev", "test"))
+    ex.run(dev)
+    ex.run(test)
+
+    def states(items: list, readout: str, layer: int) -> np.ndarray:
+        keys = [ex.state_key(it, readout) for it in items]
+        got = store.get(keys)
+        return np.stack([got[k].states[layer] for k in keys]).astype(np.float32)
+
+    def fit(x: np.ndarray, y: np.ndarray, c: float):  # type: ignore[no-untyped-def]
+        sc = StandardScaler().fit(x)
+        m = LogisticRegression(C=c, max_iter=2000).fit(sc.transform(x), y)
+        return lambda z: m.decision_function(sc.transform(z))
+
+    y_dev = np.array([it.fields["label"] == "unsafe" for it in dev])
+    y_test = np.array([it.fields["label"] == "unsafe" for it in test])
+    s_dev = np.array([it.source for it in dev])
+    s_test = np.array([it.source for it in test])
+    train = np.isin(s_dev, TWO_CLASS) if a.two_class_only else np.ones(len(dev), bool)
+    two = np.isin(s_test, TWO_CLASS)
+    print("readout@layer C | held out: " + " ".join(TWO_CLASS) + " | worst | test: xstest, "
+          "ailuminate vs safe, plain+answers vs unsafe")
+    for readout in ("prefix", "pool"):
+        for j, layer in enumerate(layers):
+            xd, xt = states(dev, readout, j), states(test, readout, j)
+            for c in STRENGTHS:
+                held = []
+                for s in TWO_CLASS:
+                    tr, te = train & (s_dev != s), s_dev == s
+                    held.append(auroc(y_dev[te], fit(xd[tr], y_dev[tr], c)(xd[te])))
+                st = fit(xd[train], y_dev[train], c)(xt)
+                xs, ail = s_test == "xstest", s_test == "ailuminate"
+                ben = np.isin(s_test, ("coconot_plain", "answer_texts"))
+                a_ail = auroc(np.r_[np.ones(ail.sum()), np.zeros((two & ~y_test).sum())],
+                              np.r_[st[ail], st[two & ~y_test]])
+                a_ben = auroc(np.r_[np.zeros(ben.sum()), np.ones((two & y_test).sum())],
+                              np.r_[st[ben], st[two & y_test]])
+                print(f"{readout}@{layer} {c} | " + " ".join(f"{h:.3f}" for h in held)
+                      + f" | {min(held):.3f} | {auroc(y_test[xs], st[xs]):.3f} "
+                      f"{a_ail:.3f} {a_ben:.3f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
