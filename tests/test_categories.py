@@ -236,20 +236,6 @@ def test_hazards_categories_after_grounding(on, codes):
     assert all(p < 0.05 for c, p in d.category_scores.items() if c not in codes)
 
 
-def test_hazards_harm_of_no_category_refuses_and_names_no_code():
-    # request_seeks_harm is taught by every source's safe/unsafe label: it flags a blunt
-    # request no category's reading singles out, and names no category it cannot know.
-    d = _hazards_check({"request_seeks_harm", "response_gives_actionable_help"})
-    assert d.action == "refuse" and d.categories == ()
-    assert d.llama_guard == "unsafe"
-    assert "unsafe_compliance_unspecified_harm" not in HAZARDS.categories
-    assert d.strongest_unsafe[0] == "unsafe_compliance_unspecified_harm"
-    assert all(p < 0.05 for p in d.category_scores.values())
-    # Refused, it is neither unsafe nor an over-refusal.
-    d = _hazards_check({"request_seeks_harm", "response_refuses"})
-    assert d.action == "allow"
-
-
 def test_hazards_borderlines_that_are_not_unsafe():
     # Sound specialised advice is safe; a bare refusal of it is an over-refusal (rewrite).
     d = _hazards_check({"request_seeks_specialised_advice"})
