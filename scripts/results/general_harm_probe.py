@@ -1,8 +1,8 @@
 """Does one category-agnostic harmful-request head transfer across sources? (issue 40)
 
-    OMP_NUM_THREADS=2 python scripts/results/general_harm_probe.py [--two-class-only]
+    OMP_NUM_THREADS=2 python scripts/results/general_harm_probe.py [--two-class-only] [--model M]
 
-On the embedded model's cached question-free request states (prefix and pool, every
+On a model's (default: the embedded one) cached question-free request states (prefix and pool, every
 default layer; what ``scripts/results/hazards.sh features`` stores), a logistic head learns
 each dev request's own label (unsafe vs safe or plain) from the hazards study's sources.
 Held out by source: each two-class source (XSTest, CoCoNot, CoCoNot hazards, the S14
@@ -42,8 +42,12 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--two-class-only", action="store_true")
+    ap.add_argument("--model", default="embedded", help="generator.path of the model read")
+    ap.add_argument("--dtype", default=None, help="its grounder dtype (bfloat16 for the 1.5B)")
     a = ap.parse_args()
-    cfg = GuardConfig.from_dict({"generator": {"path": "embedded"}})
+    cfg = GuardConfig.from_dict({"generator": {"path": a.model},
+                                 **({"grounder": {"path": a.model, "dtype": a.dtype}}
+                                    if a.dtype else {})})
     backend = load_backend(cfg.grounder_model)
     store = FeatureStore(default_store_path(backend))
     layers = default_layers(backend.n_layers)
@@ -51,8 +55,10 @@ def main() -> None:
                    questions=False, pairs=False, pool=True)
     dev, test = ([it for it in load_corpus((*TWO_CLASS, *ONE_CLASS), split)
                   if it.response is None] for split in ("dev", "test"))
-    ex.run(dev)
-    ex.run(test)
+    for items in (dev, test):
+        missing = sum(not store.has([ex.state_key(it, "pool")]) for it in items)
+        print(f"{missing} of {len(items)} items to forward", flush=True)
+        ex.run(items)
 
     def states(items: list, readout: str, layer: int) -> np.ndarray:
         keys = [ex.state_key(it, readout) for it in items]
