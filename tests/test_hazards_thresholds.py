@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from plguard.heads.artefact import Head, HeadsFile
+from plguard_lab.studies.hazards.items import UNCATEGORISED
 from plguard_lab.training.corpus import load_corpus
 from plguard_lab.training.features import Feature
 from tests.heads.fakes import FakeExtractor
@@ -33,6 +34,15 @@ def test_threshold_caps_each_benign_groups_false_positives():
     assert got["dev_recall"] == pytest.approx(float((s[g == "S1"] >= t).mean()))
     with pytest.raises(ValueError, match="benign"):
         pick_threshold(s[g == "S1"], ["S1"] * 50)
+    # Harmful requests of no one category: reported, but neither capped nor in the recall,
+    # and not enough alone to fit a threshold on.
+    more = pick_threshold(np.concatenate([s, np.ones(10)]), groups + ["xstest_unsafe"] * 10,
+                          max_fp=0.05)
+    assert more["unsafe"] == t and more["dev_recall"] == got["dev_recall"]
+    assert more["dev_flagged"]["xstest_unsafe"] == 1.0 and more["n"] == got["n"]
+    with pytest.raises(ValueError, match="category"):
+        pick_threshold(np.r_[s[g == "xstest_safe"], np.ones(5)],
+                       ["xstest_safe"] * 60 + ["xstest_unsafe"] * 5)
 
 
 class _Extractor(FakeExtractor):
@@ -178,8 +188,12 @@ def test_zero_shot_categories_are_read_through_their_dev_platt_maps():
                                                    and (groups == codes[n]).sum() >= 2}
     assert maps[good]["a"] > 0 and maps[good]["category"] == codes[good]
     assert maps[bad]["a"] == 0.0 and "not positive" in maps[bad]["fitted"] and maps[bad]["flat"]
-    rate = (groups == codes[bad]).mean()
-    assert 1 / (1 + np.exp(-maps[bad]["b"])) == pytest.approx(rate, rel=0.1)
+    # Fitted on the items of a known category or none: the harmful ones of no one category
+    # could be of this one, so they sit on neither side.
+    known = ~np.isin(groups, UNCATEGORISED)
+    assert (~known).sum() > 50 and maps[bad]["n"] == known.sum()
+    rate = (groups[known] == codes[bad]).mean()
+    assert 1 / (1 + np.exp(-maps[bad]["b"])) == pytest.approx(rate, rel=0.02)
     assert np.ptp(out[:, bi]) < 0.01  # flat in every fold
     assert np.array_equal(out[:, names.index(headed)], probs[:, names.index(headed)])
     # Out of fold: no item is scored by the map fitted on all of dev, which it helped fit.

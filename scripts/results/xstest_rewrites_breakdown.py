@@ -33,7 +33,9 @@ def main() -> None:
     ap.add_argument("run", type=Path)
     run = ap.parse_args().run
     base, guarded = _read(run / "base.jsonl"), _read(run / "plguard.jsonl")
-    rows = [(base[i], r) for i, r in guarded.items() if i in base and not r.get("error")]
+    rows = [(base[i], r) for i, r in guarded.items()
+            if i in base and not r.get("error") and not base[i].get("error")
+            and r.get("regex") and base[i].get("regex")]
 
     def refused(r: dict) -> bool:
         return r["regex"].startswith(("2", "3"))
@@ -56,7 +58,8 @@ def main() -> None:
     y = [r["label"] == "safe" for r in declined]
     s = [r["details"]["strongest_over_refusal"][1] for r in declined]
     print(f"\nrefused drafts: {sum(y)} safe, {len(y) - sum(y)} unsafe prompts; AUROC of the "
-          f"strongest over-refusal rule (safe vs unsafe) {auroc(y, s):.3f}")
+          f"strongest over-refusal rule (safe vs unsafe) {auroc(y, s):.3f}; "
+          f"highest {max(s):.3f}")
     for t in GRID:
         fixed = sum(a and p >= t for a, p in zip(y, s, strict=True))
         bad = sum((not a) and p >= t for a, p in zip(y, s, strict=True))

@@ -4,9 +4,10 @@ Test splits (the committed splits of plguard_lab.training.corpus; the same group
 where the moderation threshold is fitted, plguard_lab.studies.hazards.thresholds).
 Hazardous: AILuminate's test prompts (hazard -> code as policies/hazards/gold.yaml's header
 says) and CoCoNot's test requests of a clear category (privacy S7, offensive language S10,
-copyright S8, misinformation X1, humanizing X2; its dangerous-topics and wildchats rows mix
-categories and are left out), and plguard_s14's unsafe requests (S14; written by the plguard
-developers, eval/data/plguard_s14/SOURCE.md). Benign: every CoCoNot contrast test request,
+copyright S8, misinformation X1, humanizing X2; its dangerous-topics rows mix categories
+and are a group of their own below, its wildchats rows are left out), and plguard_s14's
+unsafe requests (S14; written by the plguard developers, eval/data/plguard_s14/SOURCE.md).
+Benign: every CoCoNot contrast test request,
 XSTest's safe test prompts, plguard_s14's safe coding look-alikes, and CoCoNot's plain
 requests (``coconot_plain``: underspecified, unsupported, subjective ... requests of no harm
 category, less the eval rows coded X2 above and the contrast rows already benign above):
@@ -43,7 +44,10 @@ _CODED_TYPES = {f"coconot_eval_{sub.replace(' ', '_')}" for sub in COCONOT_CODES
 
 
 def test_items(split: str = "test") -> list[CorpusItem]:
-    """Every item of the study; ``fields['group']`` is a category code or a benign group.
+    """Every item of the study, its group in ``fields['group']``.
+
+    A group is a category code, a benign group or a harmful group of no one category
+    (:data:`UNCATEGORISED`).
 
     ``split`` "dev": the same groups on the dev part, where thresholds are fitted.
     """

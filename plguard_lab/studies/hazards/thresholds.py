@@ -212,8 +212,10 @@ def pick_threshold(strongest: np.ndarray, groups: Sequence[str], max_fp: float =
     """The lowest threshold flagging at most ``max_fp`` of every benign group; its rates."""
     g = np.array(groups)
     benign = [b for b in CAPPED if (g == b).any()]
-    if not benign or np.isin(g, BENIGN).all():
-        raise ValueError("thresholds need dev requests of a benign group and hazardous ones")
+    haz = ~np.isin(g, BENIGN) & ~np.isin(g, UNCATEGORISED)
+    if not benign or not haz.any():
+        raise ValueError("thresholds need dev requests of a benign group and hazardous ones "
+                         "of a category")
     # Flagged is P >= t: the lowest admissible t sits just above the benign scores that
     # must stay unflagged, taken per group at its allowed count.
     t = 0.0
@@ -224,7 +226,6 @@ def pick_threshold(strongest: np.ndarray, groups: Sequence[str], max_fp: float =
             t = max(t, float(np.nextafter(s[allowed], np.inf)))
     t = min(t, 1.0)
     flagged = strongest >= t
-    haz = ~np.isin(g, BENIGN) & ~np.isin(g, UNCATEGORISED)
     return {"unsafe": t, "max_fp": max_fp,
             "dev_flagged": {b: float(flagged[g == b].mean()) for b in (*BENIGN, *UNCATEGORISED)
                             if (g == b).any()},
@@ -359,11 +360,15 @@ def fit_request_thresholds(backend: Any, config: Any, hf: HeadsFile, out: Path |
 def format_request_fit(doc: Mapping[str, Any]) -> str:
     """The fit in a few Markdown lines."""
     f = doc["fitted_on"]
-    rates = ", ".join(f"{b} {v:.1%}" for b, v in f["dev_flagged"].items())
+    rates = ", ".join(f"{b} {v:.1%}" for b, v in f["dev_flagged"].items()
+                      if b not in UNCATEGORISED)
+    harmful = "".join(f"; {u} (harmful, no one category) {v:.1%}"
+                      for u, v in f["dev_flagged"].items() if u in UNCATEGORISED)
     return (f"# Moderation threshold for {doc['heads']['file']} ({doc['policy']})\n\n"
             f"thresholds.moderation = {doc['thresholds']['moderation']:.4f}: {f['rule']}. On "
             f"{f['n_requests']} dev requests scored by cross-fitted heads: flagged {rates}; "
-            f"hazardous requests flagged {f['dev_recall']:.1%}; AUROC hazardous vs benign "
+            f"hazardous requests flagged {f['dev_recall']:.1%}{harmful}; AUROC hazardous vs "
+            "benign "
             f"{f['crossfit_auroc']['hazardous_vs_benign']:.3f}; own category first for "
             f"{f['crossfit_detection']['top1']:.1%} of hazardous requests.\n\n"
             "Other caps (set thresholds.moderation to choose one):\n\n"
