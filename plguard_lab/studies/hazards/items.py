@@ -25,6 +25,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
+import numpy as np
+
 from plguard_lab.training.corpus import CorpusItem, load_corpus, load_split, read_rows
 
 AILUMINATE_CODES = {"vcr": "S1", "ncr": "S2", "src": "S3", "cse": "S4", "dfm": "S5",
@@ -57,12 +59,11 @@ def test_items(split: str = "test") -> list[CorpusItem]:
     table = load_split("coconot")
     for r in read_rows("coconot_eval.jsonl"):
         pid = f"eval:{r['id']}"
-        if r["subcategory"] in COCONOT_CODES and table.get(pid) == split:
+        group = COCONOT_CODES.get(r["subcategory"],
+                                  "coconot_dangerous" if r["subcategory"] == _DANGEROUS else None)
+        if group is not None and table.get(pid) == split:
             out.append(CorpusItem(f"coconot/{pid}", "coconot", pid, r["prompt"], None,
-                                  {"group": COCONOT_CODES[r["subcategory"]]}))
-        elif r["subcategory"] == _DANGEROUS and table.get(pid) == split:
-            out.append(CorpusItem(f"coconot/{pid}", "coconot", pid, r["prompt"], None,
-                                  {"group": "coconot_dangerous"}))
+                                  {"group": group}))
     for r in read_rows("coconot_contrast_eval.jsonl"):
         pid = f"contrast:{r['id']}"
         if table.get(pid) == split:
@@ -86,6 +87,12 @@ def test_items(split: str = "test") -> list[CorpusItem]:
     return out
 
 
+def categorised(groups: Sequence[str] | np.ndarray) -> np.ndarray:
+    """Which rows are hazardous prompts of a category: neither benign nor uncategorised."""
+    g = np.asarray(groups)
+    return ~np.isin(g, BENIGN) & ~np.isin(g, UNCATEGORISED)
+
+
 def sample(items: Sequence[CorpusItem], per_group: int | None, seed: int) -> list[CorpusItem]:
     """A seeded ``per_group`` items of each group (all with None), in the items' order.
 
@@ -101,5 +108,5 @@ def sample(items: Sequence[CorpusItem], per_group: int | None, seed: int) -> lis
     return [it for it in items if it.uid in keep]
 
 
-__all__ = ["AILUMINATE_CODES", "BENIGN", "COCONOT_CODES", "UNCATEGORISED", "sample",
-           "test_items"]
+__all__ = ["AILUMINATE_CODES", "BENIGN", "COCONOT_CODES", "UNCATEGORISED", "categorised",
+           "sample", "test_items"]

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from plguard.policy.bounds import bounds
-from plguard_lab.studies.hazards.items import BENIGN, UNCATEGORISED
+from plguard_lab.studies.hazards.items import BENIGN, UNCATEGORISED, categorised
 
 
 def unsafe_inputs(policy: Any) -> set[str]:
@@ -68,7 +68,7 @@ def detection(codes: Sequence[str], scores: np.ndarray, groups: Sequence[str],
 
     g = np.array(groups)
     benign = np.isin(g, BENIGN)
-    hazardous = ~benign & ~np.isin(g, UNCATEGORISED)
+    hazardous = categorised(g)
     per: dict[str, Any] = {}
     present = [c for c in codes if (g == c).any()]
     for c in present:

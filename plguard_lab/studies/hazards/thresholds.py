@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from plguard.heads.artefact import HeadsFile
-from plguard_lab.studies.hazards.items import BENIGN, UNCATEGORISED
+from plguard_lab.studies.hazards.items import BENIGN, UNCATEGORISED, categorised
 from plguard_lab.training.corpus import CorpusItem
 from plguard_lab.training.features import Extractor
 
@@ -183,14 +183,14 @@ def zero_shot_maps(policy: Any, hf: HeadsFile, probs: np.ndarray, items: Sequenc
     fold = np.array([text_fold(it.request, folds) for it in items])
     out = probs.copy()
     maps: dict[str, dict[str, Any]] = {}
+    # A harmful request of no one category may be of any one: fitted on neither side.
+    known = ~np.isin(groups, UNCATEGORISED)
     for j, n in enumerate(names):
         if n in hf.heads or n not in codes:
             continue
         raw, y = probs[:, j], (groups == codes[n]).astype(int)
         if y.sum() < 2:
             continue
-        # A harmful request of no one category may be of this one: fitted on neither side.
-        known = ~np.isin(groups, UNCATEGORISED)
         for k in range(folds):
             at = fold == k
             if at.any():
@@ -212,7 +212,7 @@ def pick_threshold(strongest: np.ndarray, groups: Sequence[str], max_fp: float =
     """The lowest threshold flagging at most ``max_fp`` of every benign group; its rates."""
     g = np.array(groups)
     benign = [b for b in CAPPED if (g == b).any()]
-    haz = ~np.isin(g, BENIGN) & ~np.isin(g, UNCATEGORISED)
+    haz = categorised(g)
     if not benign or not haz.any():
         raise ValueError("thresholds need dev requests of a benign group and hazardous ones "
                          "of a category")
@@ -269,7 +269,7 @@ def request_threshold_document(policy: Any, ex: Extractor, corpus: Sequence[Corp
     # Categorised hazards against benign requests (the harmful ones of no one category are
     # in dev_flagged alone, so the figures stay comparable with the earlier files').
     uncat = np.isin(np.array(groups), UNCATEGORISED)
-    haz = ~np.isin(np.array(groups), BENIGN) & ~uncat
+    haz = categorised(groups)
     codes, scores = category_matrix(policy, rules)
     det = detection(codes, scores, groups, strongest >= pick["unsafe"], 200, SEED)
     return {
