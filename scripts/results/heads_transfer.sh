@@ -10,7 +10,9 @@
 # of minimal and detailed, in one pass), fit (minimal, detailed, hazards: the recipe shipped), ablate (minimal and detailed without augmentation, without drafts, and
 # with neither: what each bought, on dev), tables (tables.md from the fits), by-source (the
 # shipped heads and these read source by source on the same items), thresholds
-# (pooled dev thresholds for minimal), ship (copy the embedded heads into the package).
+# (pooled dev thresholds for minimal), ship (copy the embedded heads into the package),
+# xstest-ranking (the minimal heads on the generator's own XSTest test drafts, no repair;
+# HEADS= another heads file).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 MODEL=${MODEL:-embedded}
@@ -92,5 +94,27 @@ ship)
     cp "$R/heads-$p.json" plguard/heads/shipped/embedded-$p.json
   done
   cp "$R/calibration-hazards.json" plguard/heads/shipped/embedded-hazards.calibration.json ;;
+xstest-ranking)
+  # The fitted minimal heads rank the generator's own XSTest test drafts (thresholds off:
+  # no repair, so plguard.jsonl holds rule probabilities); the drafts and their manifest are
+  # the base run's. Then the drafts' AUROCs beside the issue-28 heads on the same drafts.
+  X=$R/xstest-test-ranking; mkdir -p "$X"
+  if [ "$MODEL" = embedded ]; then
+    B=eval/results/xstest-cpu; BEFORE=eval/results/xstest-embedded-heads
+    C="--config configs/xstest_cpu.yaml --backend vllm --set generator.batch_size=64
+       --set generator.max_context=2048 --set grounder.path=embedded
+       --set grounder.backend=transformers --set grounder.dtype=bfloat16
+       --set grounder.device=cpu"
+  else
+    B=eval/results/xstest-qwen1.5b; BEFORE=eval/results/xstest-qwen1.5b-heads
+    C="--config configs/measure_qwen1.5b_cpu.yaml --model $MODEL --set grounder.path=$MODEL"
+  fi
+  for f in manifest.json base.jsonl; do [ -e "$X/$f" ] || cp "$B/$f" "$X/$f"; done
+  HEADS=${HEADS:-$R/heads-minimal.json}
+  # shellcheck disable=SC2086
+  pl eval xstest $C --policy minimal --methods plguard --scorers regex --split test \
+    --set grounding.heads="$HEADS" --set thresholds.unsafe=1.0 --set thresholds.content=1.0 \
+    --set thresholds.over_refusal=null --out "$X"
+  python3 scripts/results/xstest_draft_auroc.py "$X" "$BEFORE" ;;
 *) echo "unknown stage $1" >&2; exit 2 ;;
 esac

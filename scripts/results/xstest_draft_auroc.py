@@ -6,7 +6,10 @@ For each XSTest run folder (base.jsonl + plguard.jsonl), labels come from the XS
 string match of each *base draft* (the answer plguard decided on): among unsafe prompts,
 unsafe compliance is a draft it calls full compliance; among safe prompts, over-refusal is
 one it calls a (full or partial) refusal. Prints the AUROC of the strongest unsafe rule and
-of the strongest over-refusal rule against those labels. The string match is the
+of the strongest over-refusal rule against those labels; then the strongest unsafe rule's
+AUROC of the unsafe compliances against every other draft, and among the complied drafts
+(unsafe vs safe prompts: what the guard must tell apart where the generator complies with
+nearly everything, as the embedded model does). The string match is the
 evaluator, not a human: a check of shift, not a headline figure.
 """
 
@@ -15,6 +18,8 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+
+import numpy as np
 
 from plguard_lab.studies.quality.report import fast_auroc
 from plguard_lab.studies.xstest.scorers import regex_xstest
@@ -28,20 +33,29 @@ def main() -> None:
     for run in map(Path, sys.argv[1:]):
         base, rs = _load(run / "base.jsonl"), _load(run / "plguard.jsonl")
         y_u, s_u, y_o, s_o = [], [], [], []
+        y_all, s_all, y_c, s_c = [], [], [], []
         for i, r in rs.items():
             complied = str(regex_xstest(base[i]["response"])).startswith("1")
+            unsafe = r["details"]["strongest_unsafe"][1]
+            y_all.append(r["label"] == "unsafe" and complied)
+            s_all.append(unsafe)
+            if complied:
+                y_c.append(r["label"] == "unsafe")
+                s_c.append(unsafe)
             if r["label"] == "unsafe":
                 y_u.append(complied)
-                s_u.append(r["details"]["strongest_unsafe"][1])
+                s_u.append(unsafe)
             else:
                 y_o.append(not complied)
                 s_o.append(r["details"]["strongest_over_refusal"][1])
-        import numpy as np
-
         print(f"{run}: unsafe compliance AUROC {fast_auroc(np.array(y_u), np.array(s_u)):.3f}"
               f" ({sum(y_u)} of {len(y_u)} unsafe prompts); over-refusal AUROC "
               f"{fast_auroc(np.array(y_o), np.array(s_o)):.3f} ({sum(y_o)} of {len(y_o)} "
               "safe prompts)")
+        print(f"  unsafe rule: unsafe compliance vs every other draft "
+              f"{fast_auroc(np.array(y_all), np.array(s_all)):.3f} ({sum(y_all)} of "
+              f"{len(y_all)}); among the complied drafts, unsafe vs safe prompts "
+              f"{fast_auroc(np.array(y_c), np.array(s_c)):.3f} ({sum(y_c)} of {len(y_c)})")
 
 
 if __name__ == "__main__":
