@@ -39,6 +39,8 @@ JOINT=${JOINT---joint-categories}
 READOUTS=${READOUTS:-prefix,pool}
 # Layers extracted and tried (plguard heads fit --layers); empty: the five default ones.
 LAYERS=${LAYERS:-}
+# Phrasing rewrites per request (plguard heads fit --augment); empty: none (the shipped fit).
+AUGMENT=${AUGMENT:-}
 if [ "$MODEL" = embedded ]; then SCOPE=${SCOPE:-both}; else SCOPE=${SCOPE:-request}; fi
 # Thresholds: the moderation one (requests alone) and the guard's two on XSTest's dev
 # pairs (its predicates without a head asked of them). A larger model asks its zero-shot
@@ -55,7 +57,7 @@ features)
 fit)
   python3 -m plguard heads fit --model "$MODEL" --policy hazards --sources $SOURCES \
     --readouts "$READOUTS" --scope "$SCOPE" $JOINT --quiet ${LIMIT:+--limit-per-source $LIMIT} \
-    ${LAYERS:+--layers $LAYERS} \
+    ${LAYERS:+--layers $LAYERS} ${AUGMENT:+--augment $AUGMENT} \
     --out "$R/heads-hazards.json" ;;
 thresholds)
   python3 -m plguard eval quality fit-heads --model "$MODEL" --policy hazards \
