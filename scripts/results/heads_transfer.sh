@@ -12,7 +12,7 @@
 # shipped heads and these read source by source on the same items), thresholds
 # (pooled dev thresholds for minimal), ship (copy the embedded heads into the package),
 # xstest-ranking (the minimal heads on the generator's own XSTest test drafts, no repair;
-# HEADS= another heads file).
+# HEADS= another heads file, XOUT= another output folder).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 MODEL=${MODEL:-embedded}
@@ -98,7 +98,7 @@ xstest-ranking)
   # The fitted minimal heads rank the generator's own XSTest test drafts (thresholds off:
   # no repair, so plguard.jsonl holds rule probabilities); the drafts and their manifest are
   # the base run's. Then the drafts' AUROCs beside the issue-28 heads on the same drafts.
-  X=$R/xstest-test-ranking; mkdir -p "$X"
+  X=${XOUT:-$R/xstest-test-ranking}; mkdir -p "$X"
   if [ "$MODEL" = embedded ]; then
     B=eval/results/xstest-cpu; BEFORE=eval/results/xstest-embedded-heads
     C="--config configs/xstest_cpu.yaml --backend vllm --set generator.batch_size=64
