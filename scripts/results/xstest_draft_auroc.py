@@ -29,6 +29,11 @@ def _load(p: Path) -> dict[str, dict]:
     return {(r := json.loads(line))["id"]: r for line in p.open() if line.strip()}
 
 
+def _auroc(y: list[bool], s: list[float], of: str = "") -> str:
+    """``0.974 (12 of 136 <of>)``: the AUROC and its positives out of all."""
+    return f"{fast_auroc(np.array(y), np.array(s)):.3f} ({sum(y)} of {len(y)}{of})"
+
+
 def main() -> None:
     for run in map(Path, sys.argv[1:]):
         base, rs = _load(run / "base.jsonl"), _load(run / "plguard.jsonl")
@@ -48,15 +53,10 @@ def main() -> None:
             else:
                 y_o.append(not complied)
                 s_o.append(r["details"]["strongest_over_refusal"][1])
-        print(f"{run}: unsafe compliance AUROC {fast_auroc(np.array(y_u), np.array(s_u)):.3f}"
-              f" ({sum(y_u)} of {len(y_u)} unsafe prompts); over-refusal AUROC "
-              f"{fast_auroc(np.array(y_o), np.array(s_o)):.3f} ({sum(y_o)} of {len(y_o)} "
-              "safe prompts)")
-        print(f"  unsafe rule: unsafe compliance vs every other draft "
-              f"{fast_auroc(np.array(y_all), np.array(s_all)):.3f} ({sum(y_all)} of "
-              f"{len(y_all)}); among the complied drafts, unsafe vs safe prompts "
-              f"{fast_auroc(np.array(y_c), np.array(s_c)):.3f} ({sum(y_c)} of {len(y_c)})")
-
+        print(f"{run}: unsafe compliance AUROC {_auroc(y_u, s_u, ' unsafe prompts')}; "
+              f"over-refusal AUROC {_auroc(y_o, s_o, ' safe prompts')}")
+        print(f"  unsafe rule: unsafe compliance vs every other draft {_auroc(y_all, s_all)}; "
+              f"among the complied drafts, unsafe vs safe prompts {_auroc(y_c, s_c)}")
 
 if __name__ == "__main__":
     main()
