@@ -27,6 +27,8 @@ import numpy as np
 TWO_CLASS = ("coconot", "coconot_hazards", "plguard_s14", "xstest")
 ONE_CLASS = ("ailuminate", "coconot_plain", "answer_texts")
 STRENGTHS = (0.003, 0.03)
+# Wider heads (--combine: ten readouts at once) may want a stronger penalty, so one more.
+COMBINE_STRENGTHS = (0.0003, *STRENGTHS)
 
 
 def main() -> None:
@@ -110,7 +112,7 @@ def main() -> None:
         def unit(v: np.ndarray) -> np.ndarray:
             return v / v.std()
 
-        for c in (0.0003, 0.003, 0.03):
+        for c in COMBINE_STRENGTHS:
             report(f"ensemble {c}", held_out(lambda tr, te, c=c: np.mean(
                 [unit(fit(xd[k][tr], y_dev[tr], c)(xd[k][te])) for k in xd], axis=0)),
                 np.mean([unit(fit(xd[k][train], y_dev[train], c)(xt[k])) for k in xd], axis=0))
