@@ -175,10 +175,14 @@ class PredicateScore:
     # With learned heads (grounding.heads): the zero-shot P(True) (calibrated where a
     # calibration applies; None when the question was not asked because the head reads
     # the data alone, and then logprob_true/logprob_false are 0.0, no reading), the head's
-    # P, and which one gave ``p_true``: "zeroshot" or "head".
+    # P, and which source gave ``p_true``: "zeroshot" or "head".
     p_zeroshot: float | None = None
     p_head: float | None = None
     source: str = "zeroshot"
+    # The view the deciding source read (plguard.grounding.sources): "prompt" (the
+    # grounding prompt), "request" (the request alone) or "answer" (each answer window
+    # alone; ``windows`` then holds their P's).
+    view: str = "prompt"
 
 
 @dataclass(frozen=True, slots=True)

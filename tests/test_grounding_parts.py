@@ -11,9 +11,9 @@ from plguard.backends.base import Backend, Capabilities, states_backend
 from plguard.config import GroundingConfig
 from plguard.errors import ConfigError, InputError
 from plguard.grounding import Grounder, Resolved, resolve
-from plguard.grounding.combine import NOT_ASKED, Merged, merge_variants
 from plguard.grounding.prompt import plan_questions
-from plguard.grounding.scoring import ViewScores
+from plguard.grounding.sources import Reading, ZeroShotSource
+from plguard.grounding.sources.zeroshot import NOT_ASKED, Merged, merge_variants
 from plguard.types import PredicateSpec, TFScore
 from tests.scripted import ScriptedBackend
 
@@ -88,7 +88,7 @@ def test_resolve_refuses_bad_predicates_first():
 
 
 def test_question_plan_and_merged_variants():
-    plan = plan_questions(PREDICATES[1:], GroundingConfig(heads=None), None)
+    plan = plan_questions(PREDICATES[1:], GroundingConfig(heads=None))
     assert plan.variants == (("Does the response refuse?", "Is the response a refusal?"),)
     assert plan.offsets == (0,) and len(plan.blocks) == 2
     scores = (TFScore(math.log(0.8), math.log(0.2)), TFScore(math.log(0.6), math.log(0.4)))
@@ -98,8 +98,12 @@ def test_question_plan_and_merged_variants():
     assert merge_variants((), "mean_logit") is NOT_ASKED and math.isnan(NOT_ASKED.p)
 
 
-def test_view_scores_are_a_record_not_a_list():
+def test_view_readings_are_a_record_not_a_list():
     g = Grounder(_backend(), PREDICATES, GroundingConfig(heads=None))
-    out = g._score(g._views("Hi", "Hello"))
-    assert [type(x) for x in out] == [ViewScores]
-    assert len(out[0].scores) == 2 and dict(out[0].heads) == {}
+    out = g._read_prompt(g._views("Hi", "Hello"))
+    assert [type(x) for x in out] == [Reading]
+    assert len(out[0].scores) == 2 and out[0].stated is None
+    assert out[0].asked == {"response_refuses": (0, 2)}
+    # Without heads, zero-shot is the only source and reads every predicate's prompt view.
+    assert g.sources == (g.zero,) and isinstance(g.zero, ZeroShotSource)
+    assert g.zero.read(PREDICATES[1], out[0]) == pytest.approx(0.25)

@@ -1,110 +1,91 @@
-"""One PredicateScore per predicate: paraphrases merged per view, then views by window rule.
+"""One PredicateScore per predicate: its source's P per view, combined by its window rule.
 
-A predicate's paraphrases are merged per view (``grounding.combine``: ``mean_logit`` or
-``mean_prob``); its views (windows of a long response, or pieces of a screened one) are
-combined by the rule it declares (:mod:`plguard.windows`), with heads' P's in place of the
-zero-shot ones where every view has one. Zero-shot P's pass through the calibration's
-Platt scaling; a head's P is its own (its file's calibration is fitted on it).
+Each predicate is decided by the first source that reads it
+(:func:`plguard.grounding.sources.deciding`): the source's P on each of its views (the
+prompt views, or the request alone, or each answer window alone) is combined by the rule
+the predicate declares (:mod:`plguard.windows`) and passed through the source's own map
+(a calibration's Platt scaling for zero-shot; a head's P is its own). The zero-shot
+reading stays in the trace wherever the predicate's question was asked.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
 
-from plguard.calibration import platt
-from plguard.grounding.prompt import QuestionPlan
-from plguard.grounding.scoring import ViewScores
+from plguard.grounding.sources import PredicateSource, Reading, ZeroShotSource, deciding
+from plguard.grounding.sources.zeroshot import NOT_ASKED, Merged
 from plguard.grounding.views import View
-from plguard.types import PredicateScore, PredicateSpec, Scope, TFScore, renormalise
+from plguard.types import PredicateScore, PredicateSpec, Scope
 from plguard.windows import DEFAULT_RULE, WindowRule, combine_windows
 
 
 @dataclass(frozen=True, slots=True)
-class Merged:
-    """A predicate's question variants on one view, merged."""
+class ItemViews:
+    """The read views of one item of one scope.
 
-    p: float  # NaN when not asked (a head reads the data alone)
-    logprob_true: float  # mean over variants
-    logprob_false: float
-    variants: tuple[float, ...]  # per-variant P(True), when there is more than one
-    spread: float  # max - min of those
-    truncated: bool
-    bound: bool
-
-
-NOT_ASKED = Merged(math.nan, 0.0, 0.0, (), 0.0, False, False)
-
-
-def merge_variants(part: Sequence[TFScore], mode: str) -> Merged:
-    """Merge one predicate's variant scores on one view (``mode``: ``grounding.combine``)."""
-    n = len(part)
-    if n == 0:  # not asked (a head reads the data alone): no zero-shot reading
-        return NOT_ASKED
-    lt = sum(s.logprob_true for s in part) / n
-    lf = sum(s.logprob_false for s in part) / n
-    if mode == "mean_prob":
-        p = sum(s.p_true for s in part) / n
-    else:  # mean_logit: mean(lT - lF) == mean(lT) - mean(lF)
-        p = renormalise(lt, lf)
-    ps = [s.p_true for s in part]
-    return Merged(p, lt, lf, tuple(ps) if n > 1 else (), max(ps) - min(ps) if n > 1 else 0.0,
-                  any(s.truncated for s in part), any(s.bound for s in part))
-
-
-def calibrate(p: float, ab: tuple[float, float] | None) -> float:
-    """``p`` through Platt ``(a, b)`` (unchanged without one); NaN (not asked) reads 0.5."""
-    if not math.isfinite(p):
-        return 0.5
-    return p if ab is None else platt(p, *ab)
-
-
-def combine(scope: Scope, plan: QuestionPlan, views: Sequence[tuple[View, ViewScores]],
-            *, mode: str, unseen_rule: str, calibration: Mapping[str, tuple[float, float]]
-            ) -> tuple[PredicateScore, ...]:
-    """One score per predicate of ``plan`` over an item's ``views`` of ``scope``.
-
-    ``mode``: ``grounding.combine``; ``unseen_rule``: ``grounding.unseen``; ``calibration``:
-    predicate -> Platt ``(a, b)``.
+    ``prompt``: its grounding-prompt views (windows of a long answer) with their readings;
+    ``alone``: the readings of the evidence alone (the request, or each answer window;
+    empty when no source reads them); ``alone_cut``: the request alone was cut to fit.
     """
-    out = []
-    unseen = any(v.unseen for v, _ in views)
-    for spec, start, qs in zip(plan.specs, plan.offsets, plan.variants, strict=True):
-        per_view = [merge_variants(s.scores[start:start + len(qs)], mode) for _, s in views]
-        out.append(_one(scope, spec, views, per_view, unseen, unseen_rule,
-                        calibration.get(spec.name)))
-    return tuple(out)
+
+    prompt: Sequence[tuple[View, Reading]]
+    alone: Sequence[Reading] = ()
+    alone_cut: bool = False
 
 
-def _one(scope: Scope, spec: PredicateSpec, views: Sequence[tuple[View, ViewScores]],
-         per_view: Sequence[Merged], unseen: bool, unseen_rule: str,
-         ab: tuple[float, float] | None) -> PredicateScore:
+def combine(scope: Scope, specs: Sequence[PredicateSpec],
+            sources: Sequence[PredicateSource], zero: ZeroShotSource, item: ItemViews, *,
+            unseen_rule: str) -> tuple[PredicateScore, ...]:
+    """One score per predicate of ``specs`` over an item's views of ``scope``.
+
+    ``sources``: the Grounder's sources in order (the first that reads a predicate decides
+    it); ``zero``: the zero-shot source among them, whose reading the trace keeps;
+    ``unseen_rule``: ``grounding.unseen``.
+    """
+    unseen = any(v.unseen for v, _ in item.prompt)
+    return tuple(_one(scope, spec, deciding(sources, spec), zero, item, unseen, unseen_rule)
+                 for spec in specs)
+
+
+def _one(scope: Scope, spec: PredicateSpec, src: PredicateSource, zero: ZeroShotSource,
+         item: ItemViews, unseen: bool, unseen_rule: str) -> PredicateScore:
     rule = cast(WindowRule, spec.windows or DEFAULT_RULE)
-    heads = [s.heads.get(spec.name) for _, s in views]
-    headed = all(h is not None for h in heads)
-    ps = [cast(float, h) for h in heads] if headed else [m.p for m in per_view]
-    prior = unseen and unseen_rule == "prior" and rule != "first"
+    kind = src.view_of(spec)
+    merged = [zero.merged(spec, r) for _, r in item.prompt] or [NOT_ASKED]
+    on_prompt = kind == "prompt"
+    readings = [r for _, r in item.prompt] if on_prompt else list(item.alone)
+    ps = [src.read(spec, r) for r in readings]
+    # Windows off: a cut response's unseen middle is one more prompt window at the prior.
+    prior = on_prompt and unseen and unseen_rule == "prior" and rule != "first"
+    prior_p = 0.5 if spec.prior is None else spec.prior
     if prior:
-        ps.append(0.5 if spec.prior is None else spec.prior)  # the unseen middle
+        ps.append(prior_p)
     p, at = combine_windows(ps, rule)
-    src = per_view[at if 0 <= at < len(per_view) else 0]
-    cut = src.truncated or (headed and any(v.cut for v, _ in views))
-    p_zero: float | None = None
-    if not headed:
-        p_zero = p = calibrate(p, ab)
-    elif all(math.isfinite(m.p) for m in per_view):  # its question was asked
-        zs = [m.p for m in per_view] + ([ps[-1]] if prior else [])
-        p_zero = calibrate(combine_windows(zs, rule)[0], ab)
+    p = src.finish(spec, p)
+    # The zero-shot reading shown: its deciding prompt view where it was asked.
+    zs = [m.p for m in merged] + ([prior_p] if unseen and unseen_rule == "prior"
+                                 and rule != "first" else [])
+    asked = all(math.isfinite(m.p) for m in merged)
+    z_at = combine_windows(zs, rule)[1] if asked else 0
+    shown: Merged = merged[at if on_prompt and 0 <= at < len(merged)
+                           else (z_at if 0 <= z_at < len(merged) else 0)]
+    p_zero = (p if src is zero else zero.finish(spec, combine_windows(zs, rule)[0])
+              if asked else None)
+    cut = (shown.truncated or (src is not zero and any(v.cut for v, _ in item.prompt))
+           if on_prompt else item.alone_cut)
+    unseen = unseen and on_prompt  # alone windows read all of the answer
     return PredicateScore(
-        name=spec.name, p_true=p, logprob_true=src.logprob_true,
-        logprob_false=src.logprob_false, scope=scope, truncated=cut or unseen,
-        variants=src.variants, variant_spread=src.spread,
+        name=spec.name, p_true=p, logprob_true=shown.logprob_true,
+        logprob_false=shown.logprob_false, scope=scope, truncated=cut or unseen,
+        variants=shown.variants, variant_spread=shown.spread,
         windows=tuple(ps) if len(ps) > 1 else (),
         window=at if len(ps) > 1 else -1, unseen=unseen,
-        bound=any(m.bound for m in per_view), p_zeroshot=p_zero,
-        p_head=p if headed else None, source="head" if headed else "zeroshot")
+        bound=any(m.bound for m in merged), p_zeroshot=p_zero,
+        p_head=p if src.kind == "head" else None, source=src.kind,
+        view=kind or "prompt")
 
 
-__all__ = ["NOT_ASKED", "Merged", "calibrate", "combine", "merge_variants"]
+__all__ = ["ItemViews", "combine"]

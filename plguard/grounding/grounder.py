@@ -1,8 +1,9 @@
 """The Grounder: a policy's predicates scored on (request, response) pairs with one backend.
 
-It holds what is fixed for its life (the questions each scope asks, the rendered
-templates, the resolved heads and calibration, the cache) and runs the stages of the
-other modules over each batch: screen, views, scoring, combine.
+It holds what is fixed for its life (its predicate sources, the questions each scope
+asks, the rendered templates, the cache) and runs the stages of the other modules over
+each batch: screen, views (the grounding prompts, and the evidence alone where a source
+reads it), forwards, combine.
 
 Request-scope predicates see only the request, so their scores are computed once per
 distinct request text and reused for the draft and every repaired answer.
@@ -12,12 +13,21 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
+from typing import cast
 
 from plguard.backends.base import Backend
 from plguard.calibration import Calibration
 from plguard.config import GroundingConfig
 from plguard.errors import InputError
-from plguard.grounding.combine import combine
+from plguard.grounding.alone import (
+    ANSWER_WINDOW_OVERLAP,
+    ANSWER_WINDOW_TOKENS,
+    AloneTemplate,
+    answer_windows,
+    render_alone,
+    request_view,
+)
+from plguard.grounding.combine import ItemViews, combine
 from plguard.grounding.prompt import (
     ANSWER_WORDS,
     QuestionPlan,
@@ -31,7 +41,15 @@ from plguard.grounding.prompt import (
     template_version,
 )
 from plguard.grounding.resolve import Resolved, check_predicates, resolve
-from plguard.grounding.scoring import ViewScores, cache_keys, score_heads, score_views
+from plguard.grounding.scoring import cache_keys, score_alone, score_stated, score_views
+from plguard.grounding.sources import (
+    HeadsSource,
+    PredicateSource,
+    Reading,
+    ViewKind,
+    ZeroShotSource,
+    deciding,
+)
 from plguard.grounding.views import View, views
 from plguard.grounding_cache import GroundingCache, resolve_cache_path
 from plguard.heads.artefact import HeadsFile
@@ -74,12 +92,32 @@ class Grounder:
         self.calibration: dict[str, tuple[float, float]] = dict(resolved.platt)
         self.cache: GroundingCache | None = (
             GroundingCache(resolve_cache_path(self.cfg.cache)) if self.cfg.cache else None)
+        # The sources in order: the first that reads a predicate decides it; zero-shot
+        # reads every one (and stays in the trace wherever its question is asked).
+        self.zero = ZeroShotSource(self.cfg.combine, self.calibration,
+                                   self.calibration_file.label if self.calibration_file
+                                   else "")
+        self.sources: tuple[PredicateSource, ...] = (
+            (HeadsSource(self.heads), self.zero) if self.heads is not None else (self.zero,))
         self._plans: dict[Scope, QuestionPlan] = {
             s: plan_questions([p for p in self.predicates if p.scope == s], self.cfg,
-                              self.heads)
+                              lambda spec: deciding(self.sources, spec).asks(spec))
+            for s in ("request", "response")}
+        self._asked: dict[Scope, dict[str, tuple[int, int]]] = {
+            s: {sp.name: (off, len(qs)) for sp, off, qs
+                in zip(plan.specs, plan.offsets, plan.variants, strict=True) if qs}
+            for s, plan in self._plans.items()}
+        # The view each predicate's deciding source reads, per scope.
+        self._reads: dict[Scope, set[ViewKind]] = {
+            s: {cast(ViewKind, deciding(self.sources, sp).view_of(sp))
+                for sp in self._plans[s].specs}
             for s in ("request", "response")}
         self._request_memo: OrderedDict[str, tuple[PredicateScore, ...]] = OrderedDict()
         self._templates: dict[Scope, Template] = {}
+        self._alone: AloneTemplate | None = None
+        alone = self.heads.alone if self.heads is not None else {}
+        self._window = (int(alone.get("window_tokens", ANSWER_WINDOW_TOKENS)),
+                        int(alone.get("window_overlap", ANSWER_WINDOW_OVERLAP)))
 
     def close(self) -> None:
         """Close the grounding cache's connections (the backend is its owner's to close)."""
@@ -159,28 +197,39 @@ class Grounder:
                     self._request_memo.move_to_end(r)
                 else:
                     todo_req.append(r)
-        vs: list[View] = [v for r in todo_req for v in self._views(r, None)]
-        owners: list[int] = list(range(len(todo_req)))  # view -> item it belongs to
+        n_req = len(todo_req)
         with_response = response and bool(self._plans["response"].specs)
+        vs: list[View] = ([v for r in todo_req for v in self._views(r, None)]
+                          if "prompt" in self._reads["request"] else [])
+        owners: list[int] = list(range(len(vs)))  # view -> item it belongs to
+        answers: list[tuple[int, str]] = []  # (item, answer piece) read alone
         if with_response:
             for i, (req, _) in enumerate(pairs):
                 # Each piece of a response split at a fake delimiter or turn marker is read
                 # on its own, and the pieces combine like windows (plguard.screen).
-                mine = [v for piece in parts[i] for v in self._views(req, piece)]
+                mine = ([v for piece in parts[i] for v in self._views(req, piece)]
+                        if "prompt" in self._reads["response"] else [])
                 vs += mine
-                owners += [len(todo_req) + i] * len(mine)
-        raw = self._score(vs)
-        per_item: list[list[tuple[View, ViewScores]]] = [
-            [] for _ in range(len(todo_req) + len(pairs))]
-        for view, item, scores in zip(vs, owners, raw, strict=True):
-            per_item[item].append((view, scores))
+                owners += [n_req + i] * len(mine)
+                answers += [(n_req + i, piece) for piece in parts[i]]
+        read = self._read_prompt(vs)
+        per_item = [ItemViews([]) for _ in range(n_req + len(pairs))]
+        prompt_of: list[list[tuple[View, Reading]]] = [[] for _ in per_item]
+        for view, item, reading in zip(vs, owners, read, strict=True):
+            prompt_of[item].append((view, reading))
+        alone_of, cut_of = self._read_alone(
+            todo_req if "request" in self._reads["request"] else [],
+            answers if with_response and "answer" in self._reads["response"] else [],
+            len(per_item))
+        per_item = [ItemViews(prompt_of[k], alone_of[k], cut_of[k])
+                    for k in range(len(per_item))]
         for k, req in enumerate(todo_req):
             req_scores_of[req] = self._combine("request", per_item[k])
             self._remember(req, req_scores_of[req])
         out = []
         for i, (req, _) in enumerate(pairs):
             req_scores = req_scores_of.get(req, ())
-            resp_scores = (self._combine("response", per_item[len(todo_req) + i])
+            resp_scores = (self._combine("response", per_item[n_req + i])
                            if with_response else ())
             by_name = {s.name: s for s in (*req_scores, *resp_scores)}
             out.append(Grounding(model=self.backend.model_id,
@@ -193,23 +242,61 @@ class Grounder:
                                  heads=self.heads.label if self.heads else ""))
         return out
 
-    def _score(self, vs: Sequence[View]) -> list[ViewScores]:
-        """Every question's score per view (and heads' P's), from the cache where present."""
+    def _read_prompt(self, vs: Sequence[View]) -> list[Reading]:
+        """Every prompt view's question scores and the states its sources read.
+
+        Log-probs alone come from the grounding cache where present.
+        """
         if not vs:
             return []
         per_view = [self._plans[v.scope].blocks for v in vs]
         keys = (cache_keys(self.backend.model_id, self.template_version,
                            self.cfg.max_data_tokens, vs, per_view)
                 if self.cache is not None else [])
-        if self.heads is not None:
-            return score_heads(self.backend, self.heads, self._plans, vs, self._build,
-                               self._request_end_prompt, self.cache, keys)
-        return score_views(self.backend, vs, per_view, self._build, self.cache, keys)
+        layers = sorted({x for s in self.sources for x in s.layers("prompt")})
+        if not layers:
+            return [Reading(sc, self._asked[v.scope]) for v, sc in
+                    zip(vs, score_views(self.backend, vs, per_view, self._build, self.cache,
+                                        keys), strict=True)]
+        reads = frozenset(x for sp in self._plans["request"].specs
+                          for x in deciding(self.sources, sp).states(sp)
+                          if deciding(self.sources, sp).view_of(sp) == "prompt")
+        out = score_stated(self.backend, layers, vs, per_view, self._build,
+                           self._request_end_prompt, reads, self.cache, keys)
+        return [Reading(sc, self._asked[v.scope], st)
+                for v, (sc, st) in zip(vs, out, strict=True)]
 
-    def _combine(self, scope: Scope, vs: Sequence[tuple[View, ViewScores]]
-                 ) -> tuple[PredicateScore, ...]:
-        return combine(scope, self._plans[scope], vs, mode=self.cfg.combine,
-                       unseen_rule=self.cfg.unseen, calibration=self.calibration)
+    def _read_alone(self, requests: Sequence[str], answers: Sequence[tuple[int, str]],
+                    n_items: int) -> tuple[list[list[Reading]], list[bool]]:
+        """The readings of the evidence alone, in one batched pass.
+
+        Each request is item ``k`` (its index), each answer piece's windows belong to
+        their item.
+        """
+        alone: list[list[Reading]] = [[] for _ in range(n_items)]
+        cut = [False] * n_items
+        if not requests and not answers:
+            return alone, cut
+        if self._alone is None:
+            self._alone = render_alone(self.backend)
+        reqs, owner = [], []
+        for k, r in enumerate(requests):
+            view, cut[k] = request_view(self.backend, self._alone, r, self.cfg.max_data_tokens)
+            reqs.append(view)
+            owner.append(k)
+        for item, piece in answers:
+            wins = answer_windows(self.backend, self._alone, piece, *self._window)
+            reqs += wins
+            owner += [item] * len(wins)
+        layers = sorted({x for s in self.sources for v in ("request", "answer")
+                         for x in s.layers(cast(ViewKind, v))})
+        for item, st in zip(owner, score_alone(self.backend, layers, reqs), strict=True):
+            alone[item].append(Reading(stated=st))
+        return alone, cut
+
+    def _combine(self, scope: Scope, item: ItemViews) -> tuple[PredicateScore, ...]:
+        return combine(scope, self._plans[scope].specs, self.sources, self.zero, item,
+                       unseen_rule=self.cfg.unseen)
 
     def _remember(self, request: str, scores: tuple[PredicateScore, ...]) -> None:
         self._request_memo[request] = scores

@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from plguard.backends.base import Backend
 from plguard.config import GroundingConfig
-from plguard.heads.apply import asks_question
-from plguard.heads.artefact import HeadsFile
 from plguard.types import Message, PredicateSpec, Scope, TFRequest
 
 TEMPLATE_VERSION = "g1"  # bump when prompt text changes: it keys caches of groundings
@@ -85,11 +83,16 @@ class QuestionPlan:
 
 
 def plan_questions(specs: Sequence[PredicateSpec], cfg: GroundingConfig,
-                   heads: HeadsFile | None) -> QuestionPlan:
-    """The questions asked of one scope's predicates under ``cfg`` and ``heads``."""
+                   asks: Callable[[PredicateSpec], bool] | None = None) -> QuestionPlan:
+    """The questions asked of one scope's predicates under ``cfg``.
+
+    ``asks``: whether a predicate's question is asked at all (the deciding source of
+    :mod:`plguard.grounding.sources` says; a head that reads the data alone needs none);
+    None: every question is asked.
+    """
     answers = ANSWER_WORDS[cfg.answer_words]
     variants = tuple(
-        () if not asks_question(heads, spec)  # its head reads the data alone
+        () if asks is not None and not asks(spec)
         else (spec.question, *spec.paraphrases) if cfg.paraphrases else (spec.question,)
         for spec in specs)
     offsets, at = [], 0

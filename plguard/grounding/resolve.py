@@ -22,6 +22,7 @@ from plguard.calibration import Calibration, check_applies, check_heads_match
 from plguard.calibration import load_calibration as load_calibration_file
 from plguard.config import GroundingConfig
 from plguard.errors import ConfigError, InputError
+from plguard.grounding.alone import ALONE_VERSION
 from plguard.grounding.prompt import (
     ANSWER_WORDS,
     question_block,
@@ -67,7 +68,8 @@ def resolve(backend: Backend, predicates: Sequence[PredicateSpec], cfg: Groundin
                         {p.name: main_question_digest(
                             question_block(p, p.question, answers, cfg.examples))
                          for p in predicates},
-                        [p.name for p in predicates if p.scope == "request"])
+                        [p.name for p in predicates if p.scope == "request"],
+                        alone_version=ALONE_VERSION)
         except ConfigError as exc:
             if cfg.heads != "auto":
                 raise

@@ -1,9 +1,11 @@
-"""Scoring views: every question's True/False log-probs per view, and heads' P's.
+"""Forwarding views: every question's True/False log-probs per view, with states if asked.
 
-Zero-shot (:func:`score_views`): each question is looked up in the grounding cache first
-(``grounding.cache``), so only missing questions reach the backend. With heads
-(:func:`score_heads`): every view is forwarded with its hidden states, which the cache does
-not hold, and each headed predicate's P is read off them.
+Log-probs only (:func:`score_views`): each question is looked up in the grounding cache
+first (``grounding.cache``), so only missing questions reach the backend. With states
+(:func:`score_stated`): every prompt view is forwarded with the hidden states its sources
+read, which the cache does not hold; :func:`score_alone` forwards the views of the
+evidence alone (:mod:`plguard.grounding.alone`). What a source makes of a view's
+:class:`~plguard.grounding.sources.Reading` is the source's (:mod:`plguard.grounding.sources`).
 
 Data truncation is folded into each score's ``truncated`` flag, so a cached score carries
 it without re-tokenising the data.
@@ -11,27 +13,17 @@ it without re-tokenising the data.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from types import MappingProxyType
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from plguard.backends.base import Backend, StatedScores, states_backend
-from plguard.grounding.prompt import QuestionPlan, request_end
+from plguard.grounding.prompt import request_end
 from plguard.grounding.views import View
 from plguard.grounding_cache import GroundingCache, cache_key
-from plguard.heads.apply import head_scores
-from plguard.heads.artefact import HeadsFile
-from plguard.types import Scope, TFRequest, TFScore
+from plguard.types import TFRequest, TFScore
 
 Build = Callable[[View, Sequence[str]], TFRequest]  # a view and its question blocks -> prompt
-
-
-@dataclass(frozen=True, slots=True)
-class ViewScores:
-    """One view's question scores (its plan's ``blocks`` order) and heads' P per predicate."""
-
-    scores: tuple[TFScore, ...]
-    heads: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+Scores = tuple[TFScore, ...]  # one view's question scores, in its plan's blocks order
 
 
 def cache_keys(model: str, template_version: str, max_data_tokens: int,
@@ -48,7 +40,7 @@ def _folded(s: TFScore, view: View) -> TFScore:
 
 def score_views(backend: Backend, views: Sequence[View], per_view: Sequence[Sequence[str]],
                 build: Build, cache: GroundingCache | None, keys: Sequence[Sequence[str]]
-                ) -> list[ViewScores]:
+                ) -> list[Scores]:
     """Zero-shot scores of every view's questions, from the cache where present.
 
     ``keys``: :func:`cache_keys` of the views (empty without a cache).
@@ -75,32 +67,28 @@ def score_views(backend: Backend, views: Sequence[View], per_view: Sequence[Sequ
                 fresh[keys[i][j]] = (s, backend.model_id, per_view[i][j])
     if cache is not None:
         cache.put_many(fresh)
-    return [ViewScores(tuple(s for s in row if s is not None)) for row in out]
+    return [tuple(s for s in row if s is not None) for row in out]
 
 
-def score_heads(backend: Backend, heads: HeadsFile, plans: Mapping[Scope, QuestionPlan],
-                views: Sequence[View], build: Build, pair_end: Callable[[View], TFRequest],
-                cache: GroundingCache | None, keys: Sequence[Sequence[str]]
-                ) -> list[ViewScores]:
-    """Scores and head P's of every view, from one stated forward each.
+def score_stated(backend: Backend, layers: Sequence[int], views: Sequence[View],
+                 per_view: Sequence[Sequence[str]], build: Build,
+                 pair_end: Callable[[View], TFRequest], request_reads: frozenset[str],
+                 cache: GroundingCache | None, keys: Sequence[Sequence[str]]
+                 ) -> list[tuple[Scores, StatedScores]]:
+    """Scores and states of every prompt view, from one stated forward each.
 
-    Heads read hidden states, which the cache does not hold, so every view is forwarded
-    (its zero-shot scores are still written to the cache for zero-shot runs).
-    ``pair_end``: a request view's pair prompt cut after its request block.
+    States are not cached, so every view is forwarded (its scores are still written to
+    the cache for runs that read log-probs only). ``pair_end``: a request view's pair
+    prompt cut after its request block; ``request_reads``: the states request predicates'
+    sources read of a request's prompt view (:data:`plguard.grounding.sources.STATES`).
     """
-    per_view = [plans[v.scope].blocks for v in views]
     built = [build(v, q) for v, q in zip(views, per_view, strict=True)]
-    outs = _stated(backend, heads, plans["request"], views, per_view, built, pair_end)
-    result: list[ViewScores] = []
+    outs = _stated(backend, layers, request_reads, views, per_view, built, pair_end)
+    result: list[tuple[Scores, StatedScores]] = []
     fresh: dict[str, tuple[TFScore, str, str]] = {}
     for i, (view, qlist, out) in enumerate(zip(views, per_view, outs, strict=True)):
         scores = tuple(_folded(x, view) for x in out.scores)
-        plan = plans[view.scope]
-        asked_at = dict(zip((sp.name for sp in plan.specs), plan.offsets, strict=True))
-        logits = {sp.name: scores[asked_at[sp.name]].logprob_true
-                  - scores[asked_at[sp.name]].logprob_false
-                  for sp, qs in zip(plan.specs, plan.variants, strict=True) if qs}
-        result.append(ViewScores(scores, head_scores(heads, plan.specs, asked_at, out, logits)))
+        result.append((scores, out))
         if keys:
             fresh.update((k, (x, backend.model_id, q))
                          for k, q, x in zip(keys[i], qlist, scores, strict=True))
@@ -110,19 +98,18 @@ def score_heads(backend: Backend, heads: HeadsFile, plans: Mapping[Scope, Questi
     return result
 
 
-def _stated(backend: Backend, heads: HeadsFile, request_plan: QuestionPlan,
+def _stated(backend: Backend, layers: Sequence[int], reads: frozenset[str],
             views: Sequence[View], per_view: Sequence[Sequence[str]], built: list[TFRequest],
             pair_end: Callable[[View], TFRequest]) -> list[StatedScores]:
     """Each view's stated forward; a request's pair read rides on its pair's forward.
 
-    A ``pair_prefix`` head reads the end of the request block inside the pair prompt,
-    which no response token precedes: it is taken from a pair view of the same request
-    text in this batch (one forward then serves both scopes), else from the pair
-    prompt cut there. A request view that asks no question and has no request-prompt
-    head is not forwarded at all.
+    A ``pair_prefix`` read is the end of the request block inside the pair prompt, which
+    no response token precedes: it is taken from a pair view of the same request text in
+    this batch (one forward then serves both scopes), else from the pair prompt cut
+    there. A request view that asks no question and whose predicates read nothing else of
+    its prompt is not forwarded at all.
     """
     stating = states_backend(backend)
-    reads = {heads.readout_of(s.name) for s in request_plan.specs}
     source: dict[int, tuple[bool, int]] = {}  # request view -> (from a pair view?, index)
     extra: list[TFRequest] = []
     if "pair_prefix" in reads:
@@ -140,7 +127,7 @@ def _stated(backend: Backend, heads: HeadsFile, request_plan: QuestionPlan,
                 extra.append(pair_end(v))
     own = [i for i, v in enumerate(views)
            if v.response is not None or per_view[i] or reads & {"question", "prefix", "pool"}]
-    fwd = stating.true_false_states([built[i] for i in own] + extra, heads.layers)
+    fwd = stating.true_false_states([built[i] for i in own] + extra, layers)
     outs = dict(zip(own, fwd, strict=False))
     done = [outs.get(i, StatedScores([])) for i in range(len(views))]
     for i, (from_pair, k) in source.items():
@@ -149,4 +136,12 @@ def _stated(backend: Backend, heads: HeadsFile, request_plan: QuestionPlan,
     return done
 
 
-__all__ = ["Build", "ViewScores", "cache_keys", "score_heads", "score_views"]
+def score_alone(backend: Backend, layers: Sequence[int], views: Sequence[TFRequest]
+                ) -> list[StatedScores]:
+    """The pooled states of views of the evidence alone, batched by the backend."""
+    if not views:
+        return []
+    return states_backend(backend).true_false_states(list(views), layers)
+
+
+__all__ = ["Build", "Scores", "cache_keys", "score_alone", "score_stated", "score_views"]

@@ -1,4 +1,4 @@
-"""Applying heads in the Grounder: which file, which questions, and each head's P.
+"""Which heads file applies in the Grounder, and whether it fits the loaded model.
 
 Imports neither torch nor the grounding module (the Grounder imports this), so a heads
 file costs nothing to load beside numpy.
@@ -10,11 +10,8 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from plguard.backends.base import capabilities_of
 from plguard.heads.artefact import HeadsFile, check_applies, load_heads, shipped_heads
-from plguard.types import PredicateSpec
 
 EMBEDDED_ID = "embedded:smollm2-135m-instruct"
 
@@ -43,7 +40,8 @@ def resolve_heads(setting: str | None, backend: Any, policy_name: str | None
 def check_heads(hf: HeadsFile, backend: Any, identity: Mapping[str, Any],
                 template_version: str, policy_name: str | None,
                 digests: Mapping[str, str],
-                request_predicates: Sequence[str] | None = None) -> None:
+                request_predicates: Sequence[str] | None = None,
+                alone_version: str | None = None) -> None:
     """:func:`check_applies` with what the Grounder knows of its backend."""
     width = None
     model = getattr(backend, "model", None)
@@ -53,7 +51,7 @@ def check_heads(hf: HeadsFile, backend: Any, identity: Mapping[str, Any],
                   model_id=str(identity.get("model_id")), template_version=template_version,
                   policy_name=policy_name, question_digests=digests,
                   hidden_states=capabilities_of(backend).hidden_states, width=width,
-                  request_predicates=request_predicates)
+                  request_predicates=request_predicates, alone_version=alone_version)
 
 
 def main_question_digest(block: str) -> str:
@@ -61,39 +59,4 @@ def main_question_digest(block: str) -> str:
     return hashlib.sha256(block.encode()).hexdigest()
 
 
-def asks_question(hf: HeadsFile | None, spec: PredicateSpec) -> bool:
-    """Whether ``spec``'s questions are asked: not for a head that reads the prefix alone."""
-    if hf is None or spec.name not in hf.heads:
-        return True
-    h = hf.heads[spec.name]
-    return not (h.readout in ("prefix", "pair_prefix", "pool") and h.mode == "head")
-
-
-def head_scores(hf: HeadsFile, specs: Sequence[PredicateSpec], asked_at: Mapping[str, int],
-                stated: Any, logits: Mapping[str, float]) -> dict[str, float]:
-    """Each headed predicate's P for one view.
-
-    ``asked_at``: predicate -> index of its main question among the view's suffixes;
-    ``stated``: the view's :class:`~plguard.backends.base.StatedScores`; ``logits``:
-    predicate -> zero-shot ``lT - lF`` of the main question (for ``mode: both``).
-    """
-    out: dict[str, float] = {}
-    for spec in specs:
-        h = hf.heads.get(spec.name)
-        if h is None:
-            continue
-        j = hf.layers.index(h.layer)
-        if h.readout == "prefix":
-            state = stated.prefix_state[j]
-        elif h.readout == "pool":  # the mean over the data block's tokens
-            state = stated.pool_state[j]
-        elif h.readout == "pair_prefix":  # the request block's end inside the pair prompt
-            state = stated.mark_states[0, j]
-        else:
-            state = stated.answer_states[asked_at[spec.name], j]
-        out[spec.name] = h.score(np.asarray(state, dtype=np.float64), logits.get(spec.name))
-    return out
-
-
-__all__ = ["EMBEDDED_ID", "asks_question", "check_heads", "head_scores",
-           "main_question_digest", "resolve_heads"]
+__all__ = ["EMBEDDED_ID", "check_heads", "main_question_digest", "resolve_heads"]

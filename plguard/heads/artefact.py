@@ -9,7 +9,10 @@ the answer position after the predicate's own question (the zero-shot reading's
 position), ``prefix``, the end of the data block with no question (one forward serves
 every such predicate of a scope), or, for request predicates, ``pair_prefix``: the end of
 the request block inside the pair's prompt, so one forward over the pair serves both
-scopes. Its score is ``z = w . h + b`` (standardisation folded
+scopes, or ``alone``: the mean over the evidence read alone (the request by itself for a
+request predicate, each answer window by itself for a response predicate; the views of
+:mod:`plguard.grounding.alone`, whose version and answer windows the file records under
+``alone``). Its score is ``z = w . h + b`` (standardisation folded
 into ``w`` and ``b``; with ``mode: both`` the zero-shot logit ``lT - lF`` is one more
 feature), mapped to a probability by the head's own Platt fit ``sigmoid(a z + c)`` on
 out-of-fold scores.
@@ -31,9 +34,9 @@ from plguard.calibration import read_json_file
 from plguard.errors import ConfigError
 
 FORMAT = "plguard-heads/1"
-Readout = Literal["question", "prefix", "pair_prefix", "pool"]
+Readout = Literal["question", "prefix", "pair_prefix", "pool", "alone"]
 Mode = Literal["head", "both"]
-READOUTS: tuple[str, ...] = ("question", "prefix", "pair_prefix", "pool")
+READOUTS: tuple[str, ...] = ("question", "prefix", "pair_prefix", "pool", "alone")
 MODES: tuple[str, ...] = ("head", "both")
 
 
@@ -73,6 +76,8 @@ class HeadsFile:
     template_version: str
     policy_id: str
     training: Mapping[str, Any] = field(default_factory=dict)
+    # The alone views its ``alone`` heads read: version, window_tokens, window_overlap.
+    alone: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -143,24 +148,36 @@ def load_heads(path: str | Path) -> HeadsFile:
             raise ConfigError(f"{where}: predicate {name!r} reads layer {head.layer}, which "
                               "the file's layers do not list")
         heads[str(name)] = head
+    alone = data.get("alone") or {}
+    if any(h.readout == "alone" for h in heads.values()) and not (
+            isinstance(alone, Mapping) and alone.get("version")
+            and isinstance(alone.get("window_tokens"), int)
+            and isinstance(alone.get("window_overlap"), int)):
+        raise ConfigError(f"{where}: heads read the evidence alone but the file does not say "
+                          "how (an `alone` entry with version, window_tokens and "
+                          "window_overlap); refit it with `plguard heads fit`")
     model = data.get("model") or {}
     return HeadsFile(path=str(p), digest=hashlib.sha256(raw).hexdigest()[:12], heads=heads,
                      layers=tuple(int(x) for x in data.get("layers", [])),
                      model_sha256=model.get("sha256"), model_id=model.get("model_id"),
                      template_version=str(data.get("template_version", "")),
                      policy_id=str(data.get("policy", "")),
-                     training=dict(data.get("training") or {}))
+                     training=dict(data.get("training") or {}),
+                     alone=dict(data.get("alone") or {}))
 
 
 def check_applies(hf: HeadsFile, *, model_sha256: str | None, model_id: str,
                   template_version: str, policy_name: str | None,
                   question_digests: Mapping[str, str], hidden_states: bool,
                   width: int | None = None,
-                  request_predicates: Collection[str] | None = None) -> None:
+                  request_predicates: Collection[str] | None = None,
+                  alone_version: str | None = None) -> None:
     """Refuse heads fitted for another model, template, policy or question wording.
 
     ``hidden_states``: whether the backend can return them (vLLM and remote backends
-    cannot): a heads file is then refused, never silently ignored.
+    cannot): a heads file is then refused, never silently ignored. ``alone_version``: the
+    version of the alone views this plguard reads (heads that read them were fitted on
+    one version).
     """
     where = f"grounding.heads: {hf.path}"
     if not hidden_states:
@@ -197,6 +214,11 @@ def check_applies(hf: HeadsFile, *, model_sha256: str | None, model_id: str,
         if bad:
             raise ConfigError(f"{where}: heads of {', '.join(bad[:4])} do not match this "
                               f"model's hidden size {width}; refit them")
+    if (alone_version is not None and hf.reads("alone")
+            and hf.alone.get("version") != alone_version):
+        raise ConfigError(f"{where} reads the evidence alone as version "
+                          f"{hf.alone.get('version')!r}, this plguard reads {alone_version!r}; "
+                          "refit it")
     if request_predicates is not None:
         bad = sorted(n for n, h in hf.heads.items()
                      if h.readout == "pair_prefix" and n not in request_predicates)
