@@ -1,5 +1,6 @@
 """Write the committed dev/test splits: XSTest (eval/data/xstest/split.json) and the
-heads corpus' AILuminate and CoCoNot (eval/data/{ailuminate,coconot}/split.json).
+heads corpus' sources (eval/data/<source>/split.json: AILuminate, CoCoNot, plguard_s14 and
+the nine sets of plguard_lab.training.corpus_sets).
 
     python scripts/make_split.py          # (re)writes the committed files
 The files are committed; tests check they equal make_split() of the vendored data.
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from plguard_lab.labels.splits import DEV_FRACTION, SEED, make_split
 from plguard_lab.labels.xstest import load_prompts
-from plguard_lab.training import corpus
+from plguard_lab.training import corpus, corpus_sets
 
 OUT = Path(__file__).resolve().parents[1] / "eval" / "data" / "xstest" / "split.json"
 
@@ -30,7 +31,7 @@ def main() -> None:
            "ids": {p.id: ids[p.id] for p in prompts}}
     OUT.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {OUT}: {dict(sorted(counts.items()))}")
-    for name in ("ailuminate", "coconot", "plguard_s14"):
+    for name in ("ailuminate", "coconot", "plguard_s14", *corpus_sets.SETS):
         keys = corpus.split_keys(name)
         table = corpus.make_split(keys)
         n = Counter(table.values())
@@ -38,8 +39,8 @@ def main() -> None:
         doc = {"about": f"{name} prompt ids split into dev (heads and choices are fitted here) "
                         "and test (figures are reported here). Made by scripts/make_split.py.",
                "fraction_dev": corpus.DEV_FRACTION, "seed": corpus.SPLIT_SEED,
-               "stratified_by": {"ailuminate": "hazard", "coconot": "file/subcategory"}
-               .get(name, "label"),
+               "stratified_by": {"ailuminate": "hazard", "coconot": "file/subcategory",
+                                 **corpus_sets.STRATA}.get(name, "label"),
                "counts": dict(sorted(n.items())), "ids": dict(sorted(table.items()))}
         out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
         print(f"wrote {out}: {dict(sorted(n.items()))}")

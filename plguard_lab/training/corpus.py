@@ -48,6 +48,12 @@ request: statements, stories, news, explanations. Heads and thresholds fitted on
 alone flagged half of such benign texts (issue 40), and no other source has them. The
 labels are the prompt's (a safe prompt's helpful answer seeks no hazard and, like its
 prompt, may touch a sensitive topic).
+
+Nine more sets, none in the default :data:`SOURCES`, are read by
+:mod:`plguard_lab.training.corpus_sets` (catqa, aart, gptfuzz, alpaca, hatecheck,
+multijail, xsafety, diasafety, davidson; fields and label map: docs/label-map.md). Two
+carry use restrictions their licence entry repeats: alpaca is non-commercial, xsafety
+research use only.
 """
 
 from __future__ import annotations
@@ -58,13 +64,14 @@ import hashlib
 import json
 import random
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from plguard.errors import ConfigError
 from plguard.types import Scope
+from plguard_lab.training import corpus_sets
 
 SOURCES: tuple[str, ...] = ("xstest", "ailuminate", "coconot", "coconot_plain")
 LICENCES = {"xstest": "CC-BY-4.0 (prompts); completions under their models' terms",
@@ -74,7 +81,8 @@ LICENCES = {"xstest": "CC-BY-4.0 (prompts); completions under their models' term
             "plguard_s14": "CC0-1.0 (written by the plguard developers)",
             "hh_harmless": "MIT (Anthropic HH-RLHF, harmless-base test set)",
             "answer_texts": "as their sources: XSTest's models' and CoCoNot's (MIT) answers",
-            "drafts": "the guarded model's own answers to the corpus prompts above"}
+            "drafts": "the guarded model's own answers to the corpus prompts above",
+            **corpus_sets.LICENCES}
 AILUMINATE_FILE = "airr_official_1.0_demo_en_us_prompt_set_release.csv"
 COCONOT_SAFETY = ("dangerous or sensitive topics", "privacy violations",
                   "triggers for offensive language")
@@ -150,6 +158,8 @@ def split_keys(name: str) -> list[tuple[str, str]]:
         return [(f"{kind}:{r['id']}", f"{kind}/{r['subcategory']}") for kind, r in rows]
     if name == "plguard_s14":
         return [(r["id"], r["label"]) for r in read_rows("requests.jsonl", "plguard_s14")]
+    if name in corpus_sets.SETS:
+        return corpus_sets.split_keys(name, data_root(name))
     raise ConfigError(f"no split keys for source '{name}'")
 
 
@@ -331,10 +341,21 @@ def _hh_harmless(split: str) -> Iterable[CorpusItem]:
                                      "type": "hh_harmless", "harm": frozenset()})
 
 
+def _vendored(name: str) -> Callable[[str], Iterable[CorpusItem]]:
+    """The loader of one of :mod:`~plguard_lab.training.corpus_sets`' sources."""
+    def load(split: str) -> Iterable[CorpusItem]:
+        table = load_split(name) if split != "all" else {}
+        for uid, pid, request, response, fields in corpus_sets.records(name, data_root(name)):
+            if split == "all" or table.get(pid) == split:
+                yield CorpusItem(f"{name}/{uid}", name, pid, request, response, fields)
+    return load
+
+
 _LOADERS = {"xstest": _xstest, "ailuminate": _ailuminate, "coconot": _coconot,
             "coconot_plain": _coconot_plain, "coconot_hazards": _coconot_hazards,
             "plguard_s14": _plguard_s14, "hh_harmless": _hh_harmless,
-            "answer_texts": _answer_texts}
+            "answer_texts": _answer_texts,
+            **{n: _vendored(n) for n in corpus_sets.SETS}}
 
 
 def load_corpus(sources: Sequence[str] = SOURCES, split: str = "dev",

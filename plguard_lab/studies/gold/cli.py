@@ -176,6 +176,9 @@ def mapping_markdown(policies: Sequence[str], samples: Sequence[Sample]) -> str:
         "(`plguard eval gold`), noise can be injected in a controlled way "
         "(`plguard eval noise`), and a real model's groundings can be scored against them "
         "(`plguard eval grounding-vs-gold`). Results: eval/results/gold/.", "",
+        "The same rules label the heads corpus's other sources (AILuminate, CoCoNot, "
+        "hh-harmless and nine more sets): which predicate each source labels, with what "
+        "value and what it leaves unknown, is in [label-map.md](label-map.md).", "",
         "## How the rules read", "",
         f"Fields a rule can read: {', '.join(f'`{f}`' for f in FIELDS)}. `label`, `type`, "
         "`focus`, `note` come from `xstest_prompts.csv`; `final_label` (`1_full_compliance`, "
