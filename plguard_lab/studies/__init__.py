@@ -15,7 +15,8 @@ from typing import Any
 # `plguard_lab/studies/<name>/`; one with commands has a `cli` module whose
 # `add_commands(eval_sub, groups)` adds them (`groups`: the command groups studies share,
 # e.g. `quality`, where the heads study adds `fit-heads`).
-STUDIES = ("gold", "quality", "heads", "attacks", "content", "xstest", "hazards", "tuning")
+STUDIES = ("gold", "quality", "heads", "attacks", "content", "xstest", "hazards", "tuning",
+           "read")
 
 
 def study(name: str) -> ModuleType:

@@ -7,9 +7,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from plguard.heads.artefact import READOUTS
 from plguard_lab.training.corpus import SOURCES
-from plguard_lab.training.fit import COST_MARGIN
+from plguard_lab.training.fit import COST_MARGIN, PROMPT_READOUTS
 
 
 def add_heads_commands(subparsers: Any) -> None:
@@ -33,7 +32,7 @@ def add_heads_commands(subparsers: Any) -> None:
                    help=f"Training sources, comma-separated (default {','.join(SOURCES)}).")
     p.add_argument("--limit-per-source", type=positive_int, metavar="N",
                    help="A seeded subset of N items of each source (default: all of dev).")
-    p.add_argument("--readouts", default=",".join(READOUTS),
+    p.add_argument("--readouts", default=",".join(PROMPT_READOUTS),
                    help="Readouts to choose from: question (answer position after the "
                    "predicate's question), prefix (end of the data, no question), "
                    "pair_prefix (request predicates: end of the request block inside the "
@@ -97,10 +96,10 @@ def _cmd_fit(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     readouts = tuple(r.strip() for r in args.readouts.split(",") if r.strip())
-    bad = [r for r in readouts if r not in READOUTS]
+    bad = [r for r in readouts if r not in PROMPT_READOUTS]
     if bad or not readouts:
         raise ConfigError(f"--readouts: unknown readout(s) {', '.join(bad) or '(none)'}; "
-                          f"use some of {', '.join(READOUTS)}")
+                          f"use some of {', '.join(PROMPT_READOUTS)}")
     opts = FitOptions(sources=tuple(s.strip() for s in args.sources.split(",") if s.strip()),
                       limit_per_source=args.limit_per_source, readouts=readouts,
                       lodo=not args.no_lodo, progress=not args.quiet,

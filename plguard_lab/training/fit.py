@@ -49,6 +49,9 @@ from plguard_lab.training.select import (
     worst,
 )
 
+# The readouts of the grounding prompt this fit serves; `alone` heads (the evidence read
+# alone) are fitted by plguard_lab.training.alone_fit.
+PROMPT_READOUTS: tuple[str, ...] = tuple(r for r in READOUTS if r != "alone")
 MIN_CLASS = 8
 FOLDS = 5
 COST_MARGIN = 0.01  # held-out AUROC a question-asking readout must gain over a one-forward one
@@ -130,7 +133,7 @@ def labels_for(policy: Any, items: Sequence[CorpusItem]) -> dict[str, np.ndarray
 
 
 def fit_policy_heads(policy: Any, extractor: Extractor, items: Sequence[CorpusItem],
-                     *, readouts: Sequence[str] = READOUTS, lodo: bool = True,
+                     *, readouts: Sequence[str] = PROMPT_READOUTS, lodo: bool = True,
                      cost_margin: float = COST_MARGIN,
                      scopes: Sequence[str] = ("request", "response"),
                      skip: Collection[str] = (),

@@ -15,11 +15,11 @@ import numpy as np
 from plguard.backends.base import capabilities_of
 from plguard.config import GuardConfig
 from plguard.errors import ConfigError
-from plguard.heads.artefact import READOUTS
 from plguard_lab.training.corpus import SOURCES, CorpusItem, load_corpus
 from plguard_lab.training.features import Extractor, FeatureStore, default_store_path, parse_layers
 from plguard_lab.training.fit import (
     COST_MARGIN,
+    PROMPT_READOUTS,
     PredicateFit,
     fit_policy_heads,
     heads_document,
@@ -34,7 +34,7 @@ class FitOptions:
 
     sources: tuple[str, ...] = SOURCES
     limit_per_source: int | None = None  # a seeded subset of each source (None: all dev)
-    readouts: tuple[str, ...] = READOUTS
+    readouts: tuple[str, ...] = PROMPT_READOUTS
     cost_margin: float = COST_MARGIN  # see fit_policy_heads
     lodo: bool = True
     progress: bool = True

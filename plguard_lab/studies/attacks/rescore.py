@@ -93,7 +93,17 @@ def rescore_run(run_dir: str | Path, out_dir: str | Path, config: GuardConfig) -
         raise InputError(f"--rescore {src}: write the rescored run to another --out folder")
     manifest = _load_manifest(src)
     policy = load_policy(config.policy)
-    cal = load_calibration(config.grounding.calibration) if config.grounding.calibration else None
+    cal_path = config.grounding.calibration
+    if cal_path is None and config.grounding.heads == "auto":
+        # The run applied its bundle's shipped thresholds (heads auto, no calibration of
+        # its own), as the Guard does: re-decide with the same file.
+        from plguard.heads.artefact import shipped_calibration
+
+        shipped = shipped_calibration(policy.name)
+        ran = (manifest.get("calibration") or {}).get("path")
+        if shipped is not None and ran and Path(ran).resolve() == shipped.resolve():
+            cal_path = str(shipped)
+    cal = load_calibration(cal_path) if cal_path else None
     cal_record = _check(manifest, src, policy, config, cal)
     th = effective_thresholds(config, cal)
     rules = ReadRules.of(config.grounding)
