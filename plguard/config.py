@@ -240,12 +240,14 @@ class StreamConfig(_Strict):
                                 "windows, so a passage up to this long is whole in one of "
                                 "them.")
     hold_fraction: float = Field(
-        0.5, ge=0, le=1, description="A window allowed but with its strongest unsafe or "
+        0.15, ge=0, le=1, description="A window allowed but with its strongest unsafe or "
         "unsafe-content rule at or above this fraction of that rule's threshold is held "
         "back, with all that follows, until the whole draft's final check: text is released "
         "only while it reads clearly safe, so a harmful passage whose opening window is "
         "still ambiguous does not leak its first words. 1: release every allowed window; 0: "
-        "release nothing before the final check.")
+        "release nothing before the final check. 0.15: at 0.5 and 0.3 the first lines of a "
+        "ransomware snippet (tests/data/unseen, h15) were released before the refusal; "
+        "holding more costs a benign stream smoothness (docs/quality.md), never its text.")
     mode: Literal["buffered", "audit"] = Field(
         "buffered", description="buffered: text is released only after its window is "
         "allowed (nothing unchecked ever leaves). audit: text is sent as it is generated and "

@@ -1,7 +1,7 @@
 """What learned heads cost: grounding time with and without heads, and one-read grounding.
 
     python scripts/bench_heads.py [--pairs 16] [--repeats 3] [--policy minimal]
-        [--model embedded|FILE.gguf] [--heads FILE.json]
+        [--model embedded|FILE.gguf] [--heads FILE.json] [--before FILE.json] [--long]
 
 Side by side in one run, on the embedded model or ``--model`` (real forwards; head
 weights random but of the real shape, which is all that timing depends on), the same
@@ -14,6 +14,8 @@ pairs each way:
   one forward per pair;
 * shipped heads: the embedded model's default heads file for the policy, or ``--heads``
   (real weights: the readouts its fit chose);
+* heads before (``--before``): another heads file, e.g. the one shipped before a refit, so
+  the two are timed side by side in one run (ratio ``heads / heads before``);
 * one forward over the pair alone: the response-scope prompt's prefix, forwarded once
   (what one read can at best cost).
 
@@ -80,12 +82,18 @@ def main() -> None:
     ap.add_argument("--policy", default="minimal")
     ap.add_argument("--model", default="embedded")
     ap.add_argument("--heads", help="A fitted heads file to time (default: the shipped one)")
+    ap.add_argument("--before", help="Another heads file timed beside it (e.g. the one "
+                    "shipped before: git show REV:plguard/heads/shipped/embedded-minimal.json)")
+    ap.add_argument("--long", action="store_true", help="Answers of about 600 words (each "
+                    "pair's answer repeated), read in many windows")
     a = ap.parse_args()
     backend = load_backend(ModelConfig(path=a.model))
     policy = load_policy(a.policy)
     pairs = [PAIRS[i % len(PAIRS)] for i in range(a.pairs)]
     # Distinct texts, so request-scope memoisation does not hide forwards.
-    pairs = [(f"{r} (case {i})", s) for i, (r, s) in enumerate(pairs)]
+    pairs = [(f"{r} (case {i})", "\n\n".join([s] * (max(1, 600 // len(s.split())))
+                                                if a.long else [s]))
+             for i, (r, s) in enumerate(pairs)]
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         settings = {"zero-shot": None,
@@ -96,6 +104,8 @@ def main() -> None:
         shipped = a.heads or (shipped_heads(a.policy) if a.model == "embedded" else None)
         if shipped is not None:  # what the guard grounds with: fitted readouts, real weights
             settings["fitted heads" if a.heads else "shipped heads"] = str(shipped)
+        if a.before:
+            settings["heads before"] = a.before
         grounders = {k: Grounder(backend, policy.predicates,
                                  GroundingConfig(heads=v, paraphrases=False), policy_name=a.policy)
                      for k, v in settings.items()}
@@ -125,6 +135,9 @@ def main() -> None:
     for k in ("shipped heads", "fitted heads"):
         if k in med:
             print(f"{k + ' / zero-shot:':40s}{med[k] / zero:.3f}")
+    if "heads before" in med:
+        now = med.get("fitted heads", med.get("shipped heads"))
+        print(f"{'heads / heads before:':40s}{now / med['heads before']:.3f}")
     print(f"one read / one forward over the pair:   "
           f"{med['one read (prefix readout)'] / med['one forward over the pair']:.3f}")
 

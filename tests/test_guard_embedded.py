@@ -109,7 +109,9 @@ def test_guard_as_context_manager_closes_the_cache_not_a_passed_backend(embedded
                                                                          tmp_path):
     import sqlite3
 
-    cfg = GuardConfig.from_dict({**SMALL, "grounding": {"cache": str(tmp_path / "g.sqlite")}})
+    # Zero-shot, so questions are asked and cached (minimal's shipped heads ask none).
+    cfg = GuardConfig.from_dict({**SMALL, "grounding": {"cache": str(tmp_path / "g.sqlite"),
+                                                        "heads": None}})
     msgs = [{"role": "user", "content": "Is water wet?"}]
     with Guard(cfg, generator=embedded_backend) as g:
         r = g.check(msgs, "Yes, it is.")

@@ -331,11 +331,11 @@ class TransformersBackend(TokenizerText):
 
     def _pooled_batch(self, reqs: Sequence[TFRequest], layers: tuple[int, ...]
                       ) -> list[StatedScores]:
-        """Question-free requests with a pool span, right-padded into few forwards.
+        """Question-free requests with a pool span, batched by length into few forwards.
 
-        Right padding leaves every real token's position and attention as in its own
-        forward (pads come after it, masked), so each row's states are its own; the pool
-        positions are :meth:`_pool_positions`, as on the one-request path.
+        Each forward holds rows of one length, so nothing is padded and each row's states
+        are its own; the pool positions are :meth:`_pool_positions`, as on the
+        one-request path.
         """
         import torch
 
@@ -348,10 +348,13 @@ class TransformersBackend(TokenizerText):
         order = sorted(range(len(rows)), key=lambda i: len(rows[i][0]))
         start = 0
         while start < len(order):
-            # Rows of similar length together, at most POOL_BATCH_TOKENS padded tokens.
+            # Rows of the same length together (no padding: a row's states then do not
+            # depend on what it was batched with, down to the last bit), at most
+            # POOL_BATCH_TOKENS tokens. Answer windows are mostly of one length.
+            n0 = len(rows[order[start]][0])
             stop = start + 1
-            while (stop < len(order) and stop - start < 64
-                   and (stop + 1 - start) * len(rows[order[stop]][0]) <= POOL_BATCH_TOKENS):
+            while (stop < len(order) and len(rows[order[stop]][0]) == n0
+                   and (stop + 1 - start) * n0 <= POOL_BATCH_TOKENS):
                 stop += 1
             chunk = order[start:stop]
             width = len(rows[chunk[-1]][0])

@@ -143,7 +143,7 @@ def test_shipped_hazards_threshold_comes_with_the_shipped_heads():
     from plguard.heads.artefact import shipped_calibration, shipped_heads
 
     cal = shipped_calibration("hazards")
-    assert cal is not None and shipped_calibration("minimal") is None
+    assert cal is not None and shipped_calibration("one_question") is None
     doc = json.loads(cal.read_text())
     th = doc["thresholds"]
     want = th["moderation"]
@@ -165,3 +165,26 @@ def test_shipped_hazards_threshold_comes_with_the_shipped_heads():
     # The moderation flag follows it.
     m = auto.moderate("Give me the home address and phone number of the actress Emma Stone.")
     assert m[0].flagged == (max(m[0].decision.category_scores.values()) >= want)
+
+
+def test_shipped_minimal_thresholds_come_with_its_alone_heads():
+    from plguard.guard import Guard
+    from plguard.heads.artefact import load_heads, shipped_calibration, shipped_heads
+
+    cal, heads = shipped_calibration("minimal"), shipped_heads("minimal")
+    assert cal is not None and heads is not None
+    doc = json.loads(cal.read_text())
+    assert doc["heads"]["sha256"] == hashlib.sha256(heads.read_bytes()).hexdigest()
+    hf = load_heads(heads)
+    # The request and content predicates read the evidence alone; refusal the pair.
+    assert {n: h.readout for n, h in hf.heads.items()} == {
+        "request_is_harmful": "alone", "request_is_benign_sensitive_context": "alone",
+        "response_provides_harmful_instructions": "alone", "response_refuses": "prefix"}
+    assert "alpaca" in hf.training["non_commercial"]  # its licence travels with it
+    auto = Guard.from_config(policy="minimal", **{"grounding.cache": None})
+    th = doc["thresholds"]
+    assert auto.thresholds.content == pytest.approx(th["content"]) != 0.75
+    assert auto.thresholds.unsafe == pytest.approx(th["unsafe"]) != 0.5
+    off = Guard.from_config(policy="minimal", **{"grounding.cache": None,
+                                                 "grounding.heads": "off"})
+    assert (off.thresholds.content, off.thresholds.unsafe) == (0.75, 0.5)
