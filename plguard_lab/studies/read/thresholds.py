@@ -149,8 +149,10 @@ def write_calibration(policy: Any, heads_path: Path, doc: Mapping[str, Any], out
 
     heads = json.loads(heads_path.read_text())
     cfg = GroundingConfig.model_validate({})
-    header = heads_calibration_header(policy.id, heads["model"], template_version(cfg),
-                                      heads_path)
+    # A heads file names the model {"model_id", "sha256"}; the header reads an identity.
+    identity = {"model_id": heads["model"].get("model_id"),
+                "model_sha256": heads["model"].get("sha256")}
+    header = heads_calibration_header(policy.id, identity, template_version(cfg), heads_path)
     thresholds = {k: doc[k]["threshold"] for k in ("unsafe", "content")
                   if "threshold" in doc.get(k, {})}
     cal = {**header, "predicates": {},
