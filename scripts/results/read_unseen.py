@@ -1,6 +1,7 @@
 """The unseen passages (tests/data/unseen) through ``Guard.check``: per answer, what decided.
 
     python scripts/results/read_unseen.py [--policy minimal] --out DIR
+        [--heads FILE --calibration FILE --tag -new]
 
 Default config with ``repair.max_rounds: 0`` (no repair is generated), the embedded model
 and the policy's shipped heads. Writes ``DIR/unseen-<policy>.jsonl`` (one record per answer,
@@ -25,6 +26,8 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--heads", default=None, help="another heads file (grounding.heads), "
                     "e.g. the one shipped before; without a calibration of its own")
+    ap.add_argument("--calibration", default=None, help="the calibration fitted for "
+                    "--heads (grounding.calibration)")
     ap.add_argument("--tag", default="", help="suffix of the output file name")
     a = ap.parse_args()
     from plguard import Guard, GuardConfig
@@ -38,7 +41,9 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     done = {json.loads(x)["id"] for x in out.read_text().splitlines()} if out.exists() else set()
     cfg = GuardConfig.from_dict({"policy": a.policy, "repair": {"max_rounds": 0},
-                                 **({"grounding": {"heads": a.heads}} if a.heads else {})})
+                                 "grounding": {**({"heads": a.heads} if a.heads else {}),
+                                               **({"calibration": a.calibration}
+                                                  if a.calibration else {})}})
     with Guard(cfg) as guard, out.open("a", encoding="utf-8") as fh:
         for uid, cat, req, ans, harmful in todo:
             if uid in done:

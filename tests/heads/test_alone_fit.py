@@ -147,3 +147,28 @@ def test_the_calibration_names_the_heads_model_and_its_hash(tmp_path):
     cal = json.loads(out.read_text())
     assert cal["model"] == {"model_id": "m:bfloat16", "sha256": "ab" * 32}
     assert cal["thresholds"] == {"unsafe": 0.4, "content": 0.5}
+
+
+def test_the_moderation_threshold_caps_every_benign_group_of_dev_requests():
+    from plguard.policy import load_policy
+    from plguard_lab.studies.hazards.items import BENIGN, test_items
+    from plguard_lab.studies.read.thresholds import moderation_threshold
+
+    policy = load_policy("hazards")
+    # A seeded sample of every group (the worst-answer bounds of all of dev take minutes).
+    rng0 = np.random.default_rng(1)
+    every = test_items("dev")
+    dev = [every[i] for i in sorted(rng0.choice(len(every), 80, replace=False))]
+    rng = np.random.default_rng(0)
+    # Each request predicate reads higher for a hazardous request than for a benign one.
+    score = {it.request: float(rng.uniform(0.3, 0.9) if it.fields["group"] not in BENIGN
+                               else rng.uniform(0.0, 0.5)) for it in dev}
+    req = {s.name: {"by_text": score} for s in policy.predicates if s.scope == "request"}
+    doc = moderation_threshold(policy, req, dev)
+    assert doc["n_scored"] == doc["n_dev"] == len(dev)
+    assert all(v <= 0.05 for g, v in doc["dev_flagged"].items()
+               if g in ("coconot_contrast", "xstest_safe", "coconot_plain", "answer_texts"))
+    assert 0.5 < doc["dev_recall"] < 1.0 and doc["auroc_hazardous_vs_benign"] > 0.8
+    # A request predicate an unsafe rule reads without a head: no threshold.
+    del req["request_seeks_hate"]
+    assert "skipped" in moderation_threshold(policy, req, dev)

@@ -1,8 +1,10 @@
 """Extract the alone states of the read study's corpus (resumable; one model at a time).
 
-``python -m plguard_lab.studies.read.extract [--model PATH] [--sources a,b] [--limit N]``
-forwards every request alone and every answer window alone of the named sources (both
-splits) into the model's feature store; a rerun forwards only what is missing.
+``python -m plguard_lab.studies.read.extract [--model PATH] [--sources a,b] [--cap N]
+[--split dev]`` forwards every request alone and every answer window alone of the named
+sources (both splits unless ``--split``) into the model's feature store; a rerun forwards
+only what is missing. A smaller ``--cap`` reads a subset of the default cap's items (the
+cut is by uid hash), so two grounders can be compared on the same items at less cost.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from plguard_lab.studies.read.corpus import READ_SOURCES, read_corpus
+from plguard_lab.studies.read.corpus import CAP, READ_SOURCES, read_corpus
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -25,6 +27,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--store", default=None, help="feature store (default: per model under "
                     "the plguard cache dir)")
     ap.add_argument("--no-answers", action="store_true", help="requests only")
+    ap.add_argument("--cap", type=int, default=CAP, help="items per source and split")
+    ap.add_argument("--split", default="all", choices=("all", "dev", "test"))
     args = ap.parse_args(argv)
     from plguard.backends import load_backend
     from plguard.config import ModelConfig
@@ -36,7 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     store = FeatureStore(args.store or default_store_path(backend))
     ex = AloneExtractor(backend, store)
     for src in args.sources.split(","):
-        items = read_corpus([src], "all")
+        items = read_corpus([src], args.split, args.cap)
         print(f"{src}: {len(items)} items", file=sys.stderr, flush=True)
         n = ex.run(items, answers=not args.no_answers)
         print(f"{src}: {n} views forwarded (store {len(store)})", file=sys.stderr, flush=True)

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from plguard_lab.studies.read.corpus import READ_SOURCES, read_corpus
+from plguard_lab.studies.read.corpus import CAP, READ_SOURCES, read_corpus
 
 # Held out of request heads (figures only), chosen on dev (mixes.md): statements and
 # tweets are not requests (hatecheck, davidson, answer_texts), XSafety's labels are its
@@ -65,6 +65,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--untrained-answer", default="",
                     help="sources content heads are never fitted on, only judged by")
     ap.add_argument("--no-lexical", action="store_true")
+    ap.add_argument("--cap", type=int, default=CAP, help="dev items per source (a smaller "
+                    "cap: a subset of the default's, to compare grounders at less cost)")
+    ap.add_argument("--only", default="", help="fit only these predicates (comma list)")
     args = ap.parse_args(argv)
     return run(args)
 
@@ -90,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     store = FeatureStore(default_store_path(backend))
     ex = AloneExtractor(backend, store)
     sources = [s for s in args.sources.split(",") if s]
-    items = read_corpus(sources, "dev")
+    items = read_corpus(sources, "dev", args.cap)
     print(f"{len(items)} dev items; extracting what is missing", file=sys.stderr, flush=True)
     ex.run(items)
     labels = labels_for(policy, items)
@@ -107,7 +110,8 @@ def run(args: argparse.Namespace) -> int:
     with log.open("a", encoding="utf-8") as fh:
         for spec in policy.predicates:
             view = views[spec.name]
-            if view == "pair" or spec.name in done:
+            if view == "pair" or spec.name in done or (args.only and spec.name
+                                                        not in args.only.split(",")):
                 continue
             y = labels[spec.name]
             rows = build_rows(view, ex, items, y, pairs if view == "answer" else ())

@@ -9,7 +9,10 @@ states of the product's views) and writes ``DIR/test-<policy>.md`` and ``.json``
   class, its items against the other class of each other source (same head: the final
   one, which saw neither's test items);
 * for content predicates at the calibration's content threshold: the share of each
-  source's benign answers flagged and of harmful answers caught.
+  source's benign answers flagged and of harmful answers caught;
+* for a bundle with categories (hazards) and a moderation threshold: moderation of the
+  hazards study's test texts (:func:`plguard_lab.studies.hazards.items.test_items`), each
+  text's strongest unsafe rule at its worst answer, flagged shares per group.
 """
 
 from __future__ import annotations
@@ -69,6 +72,43 @@ def predicate_table(p: np.ndarray, y: np.ndarray, g: np.ndarray) -> dict[str, An
                 out[s] = {"auroc": round(float(np.mean(list(row.values()))), 4),
                           "against": row, "n": int(m.sum())}
     return out
+
+
+def request_probs(hf: Any, names: Sequence[str], ex: Any, texts: Sequence[str]
+                  ) -> np.ndarray:
+    """``[n, len(names)]``: each text's P of each request predicate (its alone head)."""
+    st = ex.request_states(list(texts))
+    cols = []
+    for n in names:
+        h = hf.heads[n]
+        z = st[:, list(ex.layers).index(h.layer), :].astype(np.float64) @ h.weights + h.bias
+        a, b = h.platt
+        cols.append(1.0 / (1.0 + np.exp(-(a * z + b))))
+    return np.stack(cols, axis=1)
+
+
+def moderation_table(policy: Any, hf: Any, ex: Any, threshold: float) -> dict[str, Any]:
+    """Moderation of the hazards study's test texts at ``threshold`` (module docstring)."""
+    from plguard_lab.studies.hazards.items import BENIGN, UNCATEGORISED, categorised, test_items
+    from plguard_lab.studies.hazards.metrics import worst_case_matrix
+
+    names = [s.name for s in policy.predicates if s.scope == "request"]
+    items = test_items("test")
+    ex.run(items, answers=False)
+    rules = worst_case_matrix(policy, request_probs(hf, names, ex, [it.request for it in items]),
+                              names)
+    strongest = np.max(np.stack(list(rules.values())), axis=0)
+    g = np.array([it.fields["group"] for it in items])
+    flagged = strongest >= threshold
+    haz = categorised(g)
+    benign = np.isin(g, BENIGN)
+    return {"threshold": threshold, "n": len(items),
+            "flagged": {str(k): round(float(flagged[g == k].mean()), 4)
+                        for k in (*BENIGN, *UNCATEGORISED) if (g == k).any()},
+            "benign_flagged": round(float(flagged[benign].mean()), 4),
+            "hazardous_flagged": round(float(flagged[haz].mean()), 4),
+            "auroc_hazardous_vs_benign": round(auroc(haz[haz | benign],
+                                                     strongest[haz | benign]), 4)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -132,6 +172,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                       + ", ".join(f"{s} {v:.1%}" for s, v in caught.items()) + "."]
         doc["predicates"][spec.name] = rec
         lines.append("")
+    if policy.categories and thresholds.get("moderation") is not None:
+        mod = moderation_table(policy, hf, ex, float(thresholds["moderation"]))
+        doc["moderation"] = mod
+        lines += [f"## Moderation at {mod['threshold']:.3f} ({mod['n']} test texts)", "",
+                  f"Benign texts flagged {mod['benign_flagged']:.1%}, hazardous (of a "
+                  f"category) {mod['hazardous_flagged']:.1%}; AUROC hazardous vs benign "
+                  f"{mod['auroc_hazardous_vs_benign']:.3f}.", "", "| group | flagged |",
+                  "|---|---|", *(f"| {k} | {v:.1%} |" for k, v in mod["flagged"].items()), ""]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"test-{policy.name}.json").write_text(json.dumps(doc, indent=1) + "\n")

@@ -13,7 +13,14 @@ selection uses, has another intercept, and pooled such scores would read the fol
   with the harm) over the dev pairs whose outcome is labelled: XSTest's human labels and
   GPTFuzz's (complied with a harmful question or not), on the strongest unsafe rule
   computed by the policy from the held-out P's of the predicates the unsafe rules read
-  (fitted only where every one of them has an alone head).
+  (fitted only where every one of them has an alone head);
+* ``moderation`` (a bundle whose requests are moderated by category, e.g. hazards): the
+  lowest threshold at which each benign request group of the hazards study
+  (:data:`plguard_lab.studies.hazards.thresholds.CAPPED`) has at most 5% of its dev
+  requests flagged, on the strongest unsafe rule at its worst answer
+  (:func:`plguard_lab.studies.hazards.metrics.worst_case_matrix`) computed from the
+  requests' cross-fitted P's; fitted only where every request predicate an unsafe rule
+  reads has an alone head.
 
 ``python -m plguard_lab.studies.read.thresholds --policy minimal --dir DIR`` writes
 ``DIR/thresholds-<policy>.json`` (figures) and, with ``--calibration OUT``, a calibration
@@ -26,7 +33,7 @@ import argparse
 import json
 import math
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -90,9 +97,12 @@ def best_f1(p: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     return best
 
 
-def fit_thresholds(policy: Any, items: Sequence[Any], held: Mapping[str, dict[str, Any]]
-                   ) -> dict[str, Any]:
-    """The thresholds document (see the module docstring)."""
+def fit_thresholds(policy: Any, items: Sequence[Any], held: Mapping[str, dict[str, Any]],
+                   final: Callable[[list[str]], np.ndarray] | None = None) -> dict[str, Any]:
+    """The thresholds document (see the module docstring).
+
+    ``final``: see :func:`moderation_threshold`.
+    """
     from plguard_lab.training.fit import content_predicates
 
     content = sorted(content_predicates(policy))
@@ -112,6 +122,8 @@ def fit_thresholds(policy: Any, items: Sequence[Any], held: Mapping[str, dict[st
         doc["content"] = {"threshold": t, "benign_flagged": flagged, "harmful_recall": recall,
                           "predicates": cp, "n": len(uids)}
     req = {n: r for n, r in held.items() if r["view"] == "request"}
+    if policy.categories:
+        doc["moderation"] = moderation_threshold(policy, req, final=final)
     needed = sorted(set().union(*(policy.compiled.support(r) for r in policy.unsafe_rules)))
     missing = [n for n in needed if n not in held]
     if missing:
@@ -141,6 +153,55 @@ def fit_thresholds(policy: Any, items: Sequence[Any], held: Mapping[str, dict[st
     return doc
 
 
+def moderation_threshold(policy: Any, req: Mapping[str, dict[str, Any]],
+                         dev: Sequence[Any] | None = None,
+                         final: Callable[[list[str]], np.ndarray] | None = None
+                         ) -> dict[str, Any]:
+    """The moderation threshold on the hazards study's dev requests (module docstring).
+
+    ``dev``: those requests (default: all of them, ``test_items("dev")``). A request whose
+    label for a predicate is unknown was in none of that head's rows, so the final head's
+    P of it is out of sample too: ``final(texts)`` gives ``[n, n_request_predicates]`` of
+    them (request predicates in the policy's order); without it such a request is left
+    out. A predicate no unsafe rule reads cannot move a worst answer: it reads 0.5.
+    """
+    from plguard.stats import auroc
+    from plguard_lab.studies.hazards.items import UNCATEGORISED, categorised, test_items
+    from plguard_lab.studies.hazards.metrics import unsafe_inputs, worst_case_matrix
+    from plguard_lab.studies.hazards.thresholds import pick_threshold
+
+    names = [s.name for s in policy.predicates if s.scope == "request"]
+    needed = sorted(unsafe_inputs(policy) & set(names))
+    missing = [n for n in needed if n not in req]
+    if missing:
+        return {"skipped": f"no alone head for {', '.join(missing)}"}
+    dev = test_items("dev") if dev is None else dev
+    texts = [it.request for it in dev]
+    fin = final(texts) if final is not None else np.full((len(dev), len(names)), np.nan)
+    probs = np.full((len(dev), len(names)), 0.5)
+    crossfitted = 0
+    for j, n in enumerate(names):
+        if n not in needed:
+            continue
+        cf = req[n]["by_text"]
+        col = np.array([cf.get(t, np.nan) for t in texts], dtype=np.float64)
+        crossfitted += int(np.isfinite(col).sum())
+        probs[:, j] = np.where(np.isfinite(col), col, fin[:, j])
+    ok = np.isfinite(probs).all(axis=1)
+    kept = [it for it, k in zip(dev, ok, strict=True) if k]
+    rules = worst_case_matrix(policy, probs[ok], names)
+    strongest = np.max(np.stack(list(rules.values())), axis=0)
+    groups = [it.fields["group"] for it in kept]
+    pick = pick_threshold(strongest, groups)
+    haz = categorised(groups)
+    uncat = np.isin(np.array(groups), UNCATEGORISED)
+    return {"threshold": pick["unsafe"], "dev_flagged": pick["dev_flagged"],
+            "dev_recall": round(pick["dev_recall"], 4), "n": pick["n"],
+            "n_scored": len(kept), "n_dev": len(dev),
+            "p_crossfitted": round(crossfitted / max(1, len(needed) * len(kept)), 4),
+            "auroc_hazardous_vs_benign": round(auroc(haz[~uncat], strongest[~uncat]), 4)}
+
+
 def write_calibration(policy: Any, heads_path: Path, doc: Mapping[str, Any], out: Path) -> None:
     """A calibration file with the fitted thresholds, for the heads file it was fitted on."""
     from plguard.calibration import heads_calibration_header
@@ -153,7 +214,7 @@ def write_calibration(policy: Any, heads_path: Path, doc: Mapping[str, Any], out
     identity = {"model_id": heads["model"].get("model_id"),
                 "model_sha256": heads["model"].get("sha256")}
     header = heads_calibration_header(policy.id, identity, template_version(cfg), heads_path)
-    thresholds = {k: doc[k]["threshold"] for k in ("unsafe", "content")
+    thresholds = {k: doc[k]["threshold"] for k in ("unsafe", "content", "moderation")
                   if "threshold" in doc.get(k, {})}
     cal = {**header, "predicates": {},
            "fitted_on": {"split": ["dev"], "by": "plguard_lab.studies.read.thresholds",
@@ -179,12 +240,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     items = read_corpus(READ_SOURCES, "dev")
     held = load_heldout(d / f"crossfit-{policy.name}.jsonl.gz")
     heads_path = d / f"heads-{policy.name}.json"
-    doc = fit_thresholds(policy, items, held)
+    final = _final_heads(policy, heads_path) if policy.categories else None
+    doc = fit_thresholds(policy, items, held, final)
     (d / f"thresholds-{policy.name}.json").write_text(json.dumps(doc, indent=1) + "\n")
     print(json.dumps(doc, indent=1), file=sys.stderr)
     if args.calibration:
         write_calibration(policy, heads_path, doc, Path(args.calibration))
     return 0
+
+
+def _final_heads(policy: Any, heads_path: Path) -> Callable[[list[str]], np.ndarray]:
+    """The heads file's request P's of texts (alone states extracted where missing)."""
+    from plguard.backends import load_backend
+    from plguard.config import ModelConfig
+    from plguard.heads.artefact import load_heads
+    from plguard_lab.studies.read.test_report import request_probs
+    from plguard_lab.training.alone_features import AloneExtractor
+    from plguard_lab.training.corpus import CorpusItem
+    from plguard_lab.training.features import FeatureStore, default_store_path
+
+    hf = load_heads(heads_path)
+    names = [s.name for s in policy.predicates if s.scope == "request"]
+
+    def final(texts: list[str]) -> np.ndarray:
+        backend = load_backend(ModelConfig.model_validate({}))
+        ex = AloneExtractor(backend, FeatureStore(default_store_path(backend)))
+        ex.run([CorpusItem(f"t{i}", "moderation", str(i), t, None, {})
+                for i, t in enumerate(texts)], answers=False)
+        out = np.full((len(texts), len(names)), np.nan)
+        have = [j for j, n in enumerate(names) if n in hf.heads
+                and hf.heads[n].readout == "alone"]
+        out[:, have] = request_probs(hf, [names[j] for j in have], ex, texts)
+        return out
+
+    return final
 
 
 if __name__ == "__main__":
