@@ -107,7 +107,12 @@ class Feature:
 
 
 class FeatureStore:
-    """Key -> :class:`Feature` in one SQLite file (states kept as float16)."""
+    """Key -> :class:`Feature` in one SQLite file (states kept as float16).
+
+    A row whose states do not fit float16 (Gemma-3's residual stream reaches beyond its
+    65,504) is kept as float32; a row's dtype is read back from its blob's size (``n * d``
+    values of 2 or 4 bytes), so stores written before hold and read as they were.
+    """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -135,7 +140,8 @@ class FeatureStore:
             q = (f"SELECT key, lt, lf, n, d, states FROM feats "
                  f"WHERE key IN ({','.join('?' * len(chunk))})")
             for k, lt, lf, n, d, blob in self._con.execute(q, chunk):
-                arr = np.frombuffer(blob, dtype=np.float16).astype(np.float32).reshape(n, d)
+                dt = np.float16 if len(blob) == 2 * n * d else np.float32
+                arr = np.frombuffer(blob, dtype=dt).astype(np.float32).reshape(n, d)
                 out[k] = Feature(arr, float(lt), float(lf))
         return out
 
@@ -144,8 +150,8 @@ class FeatureStore:
         with self._con:
             self._con.executemany(
                 "INSERT OR REPLACE INTO feats VALUES (?, ?, ?, ?, ?, ?)",
-                [(k, f.logprob_true, f.logprob_false, *f.states.shape,
-                  f.states.astype(np.float16).tobytes()) for k, f in rows.items()])
+                [(k, f.logprob_true, f.logprob_false, *f.states.shape, _blob(f.states))
+                 for k, f in rows.items()])
 
     def __len__(self) -> int:
         return int(self._con.execute("SELECT COUNT(*) FROM feats").fetchone()[0])
@@ -153,6 +159,17 @@ class FeatureStore:
     def close(self) -> None:
         """Close the connection."""
         self._con.close()
+
+
+F16_MAX = float(np.finfo(np.float16).max)
+
+
+def _blob(states: np.ndarray) -> bytes:
+    """float16 bytes, or float32 where a finite value would overflow float16."""
+    a = np.asarray(states)
+    if a.size and float(np.nanmax(np.abs(a))) >= F16_MAX:
+        return a.astype(np.float32).tobytes()
+    return a.astype(np.float16).tobytes()
 
 
 def unique_specs(specs: Sequence[PredicateSpec], cfg: GroundingConfig) -> list[PredicateSpec]:

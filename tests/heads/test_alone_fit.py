@@ -172,3 +172,18 @@ def test_the_moderation_threshold_caps_every_benign_group_of_dev_requests():
     # A request predicate an unsafe rule reads without a head: no threshold.
     del req["request_seeks_hate"]
     assert "skipped" in moderation_threshold(policy, req, dev)
+
+
+def test_the_feature_store_keeps_states_beyond_float16(tmp_path):
+    from plguard_lab.training.features import Feature, FeatureStore
+
+    store = FeatureStore(tmp_path / "f.sqlite")
+    small = np.array([[0.5, -1.25], [3.0, 7.0]], dtype=np.float32)
+    big = np.array([[1.0e5, -2.5], [0.1, 7.0e4]], dtype=np.float32)  # Gemma-3-sized values
+    store.put({"small": Feature(small, -0.1, -2.0), "big": Feature(big, 0.0, 0.0)})
+    got = store.get(["small", "big"])
+    np.testing.assert_array_equal(got["small"].states, small)  # float16 holds them exactly
+    np.testing.assert_allclose(got["big"].states, big, rtol=1e-6)
+    assert np.isfinite(got["big"].states).all()
+    sizes = dict(store._con.execute("SELECT key, length(states) FROM feats"))
+    assert sizes == {"small": 4 * 2, "big": 4 * 4}  # float16 unless it would overflow
