@@ -94,11 +94,14 @@ def run(args: argparse.Namespace) -> int:
     ex = AloneExtractor(backend, store)
     sources = [s for s in args.sources.split(",") if s]
     items = read_corpus(sources, "dev", args.cap)
+    views = predicate_views(policy)
+    only = [x for x in args.only.split(",") if x]
     print(f"{len(items)} dev items; extracting what is missing", file=sys.stderr, flush=True)
-    ex.run(items)
+    # Answer windows only where a content predicate is fitted (they are most of the cost).
+    ex.run(items, answers=any(v == "answer" for n, v in views.items()
+                              if not only or n in only))
     labels = labels_for(policy, items)
     pairs = pairs_of(items)
-    views = predicate_views(policy)
     search = (set(views) if args.search == "all" else set() if args.search == "none"
               else set(args.search.split(",")))
     log = out / f"fits-{policy.name}.jsonl"
@@ -110,8 +113,7 @@ def run(args: argparse.Namespace) -> int:
     with log.open("a", encoding="utf-8") as fh:
         for spec in policy.predicates:
             view = views[spec.name]
-            if view == "pair" or spec.name in done or (args.only and spec.name
-                                                        not in args.only.split(",")):
+            if view == "pair" or spec.name in done or (only and spec.name not in only):
                 continue
             y = labels[spec.name]
             rows = build_rows(view, ex, items, y, pairs if view == "answer" else ())
