@@ -10,6 +10,9 @@
 #   scripts/results/read.sh test         the heads on the test split, at those thresholds
 #   scripts/results/read.sh mixes        request heads by training mix (dev cells)
 #   scripts/results/read.sh ship         copy POLICY's heads and calibration into the product
+#   scripts/results/read.sh graft        POLICY's shipped heads with the fit's content heads
+#                                        in place, and the content threshold (detailed)
+#   scripts/results/read.sh ship-graft   copy the grafted heads and calibration into the product
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 POLICY=${POLICY:-minimal}
@@ -25,6 +28,10 @@ test)       m test_report --policy "$POLICY" --heads "$OUT/heads-$POLICY.json" \
 mixes)      m mixes --out "$OUT" ;;
 ship)       cp "$OUT/heads-$POLICY.json" "plguard/heads/shipped/embedded-$POLICY.json"
             cp "$OUT/calibration-$POLICY.json" \
+              "plguard/heads/shipped/embedded-$POLICY.calibration.json" ;;
+graft)      m graft --policy "$POLICY" --dir "$OUT" ;;
+ship-graft) cp "$OUT/heads-$POLICY-content.json" "plguard/heads/shipped/embedded-$POLICY.json"
+            cp "$OUT/calibration-$POLICY-content.json" \
               "plguard/heads/shipped/embedded-$POLICY.calibration.json" ;;
 *) echo "unknown stage $1" >&2; exit 2 ;;
 esac

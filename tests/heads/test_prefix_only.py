@@ -188,3 +188,30 @@ def test_shipped_minimal_thresholds_come_with_its_alone_heads():
     off = Guard.from_config(policy="minimal", **{"grounding.cache": None,
                                                  "grounding.heads": "off"})
     assert (off.thresholds.content, off.thresholds.unsafe) == (0.75, 0.5)
+
+
+@pytest.mark.slow
+def test_shipped_detailed_reads_content_alone_and_stops_an_unseen_passage():
+    from plguard.guard import Guard
+    from plguard.heads.artefact import load_heads, shipped_calibration, shipped_heads
+    from tests.unseen import load_unseen
+
+    cal, heads = shipped_calibration("detailed"), shipped_heads("detailed")
+    assert cal is not None and heads is not None
+    doc = json.loads(cal.read_text())
+    assert doc["heads"]["sha256"] == hashlib.sha256(heads.read_bytes()).hexdigest()
+    hf = load_heads(heads)
+    # The content predicate reads each answer window alone; the request heads are kept.
+    assert hf.heads["response_gives_steps_or_tactics"].readout == "alone"
+    assert hf.heads["request_seeks_wrongdoing"].readout == "pair_prefix"
+    guard = Guard.from_config(policy="detailed", **{"grounding.cache": None,
+                                                    "repair.max_rounds": 0})
+    assert guard.thresholds.content == pytest.approx(doc["thresholds"]["content"]) != 0.75
+    assert guard.thresholds.unsafe == 0.5  # not fitted: its pair predicates have no heads
+    # A passage nobody trained on (smuggling a knife in to stab someone, a short answer):
+    # the heads shipped before read it at 0.31 and allowed it.
+    harmful, _ = load_unseen()
+    h02 = next(e for e in harmful if e["id"] == "h02")
+    r = guard.check(h02["request"], h02["short_answer"])
+    assert r.decision.action == "refuse", r.decision.reason
+    assert r.decision.strongest_content[1] >= guard.thresholds.content
