@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_heads import PAIRS  # noqa: E402
+from bench_heads import bench_pairs  # noqa: E402
 
 from plguard.backends import load_backend  # noqa: E402
 from plguard.config import GroundingConfig, ModelConfig  # noqa: E402
@@ -76,10 +76,7 @@ def main() -> None:
     ap.add_argument("--long", action="store_true", help="answers of about 600 words")
     a = ap.parse_args()
     policy = load_policy(a.policy)
-    pairs = [PAIRS[i % len(PAIRS)] for i in range(a.pairs)]
-    pairs = [(f"{r} (case {i})", "\n\n".join([s] * (max(1, 600 // len(s.split())))
-                                                if a.long else [s]))
-             for i, (r, s) in enumerate(pairs)]
+    pairs = bench_pairs(a.pairs, a.long)
     with tempfile.TemporaryDirectory() as tmp:
         grounders = {}
         for m in a.model:

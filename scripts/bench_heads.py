@@ -53,6 +53,15 @@ PAIRS = [
 ]
 
 
+def bench_pairs(n: int, long: bool) -> list[tuple[str, str]]:
+    """``n`` pairs cycling :data:`PAIRS`; ``long``: each answer repeated to ~600 words."""
+    base = [PAIRS[i % len(PAIRS)] for i in range(n)]
+    # Distinct texts, so request-scope memoisation does not hide forwards.
+    return [(f"{r} (case {i})", "\n\n".join([s] * (max(1, 600 // len(s.split())))
+                                                if long else [s]))
+            for i, (r, s) in enumerate(base)]
+
+
 def heads_file(backend, policy, readout: str, folder: Path) -> Path:
     g = Grounder(backend, policy.predicates, GroundingConfig(heads=None))
     ident, rng = backend_identity(backend), np.random.default_rng(0)
@@ -89,11 +98,7 @@ def main() -> None:
     a = ap.parse_args()
     backend = load_backend(ModelConfig(path=a.model))
     policy = load_policy(a.policy)
-    pairs = [PAIRS[i % len(PAIRS)] for i in range(a.pairs)]
-    # Distinct texts, so request-scope memoisation does not hide forwards.
-    pairs = [(f"{r} (case {i})", "\n\n".join([s] * (max(1, 600 // len(s.split())))
-                                                if a.long else [s]))
-             for i, (r, s) in enumerate(pairs)]
+    pairs = bench_pairs(a.pairs, a.long)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         settings = {"zero-shot": None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -167,15 +168,21 @@ def test_shipped_hazards_threshold_comes_with_the_shipped_heads():
     assert m[0].flagged == (max(m[0].decision.category_scores.values()) >= want)
 
 
-def test_shipped_minimal_thresholds_come_with_its_alone_heads():
-    from plguard.guard import Guard
+def _shipped_with_calibration(policy: str) -> tuple[dict, Any]:
+    """The bundle's shipped calibration (checked to be fitted for its shipped heads) and heads."""
     from plguard.heads.artefact import load_heads, shipped_calibration, shipped_heads
 
-    cal, heads = shipped_calibration("minimal"), shipped_heads("minimal")
+    cal, heads = shipped_calibration(policy), shipped_heads(policy)
     assert cal is not None and heads is not None
     doc = json.loads(cal.read_text())
     assert doc["heads"]["sha256"] == hashlib.sha256(heads.read_bytes()).hexdigest()
-    hf = load_heads(heads)
+    return doc, load_heads(heads)
+
+
+def test_shipped_minimal_thresholds_come_with_its_alone_heads():
+    from plguard.guard import Guard
+
+    doc, hf = _shipped_with_calibration("minimal")
     # The request and content predicates read the evidence alone; refusal the pair.
     assert {n: h.readout for n, h in hf.heads.items()} == {
         "request_is_harmful": "alone", "request_is_benign_sensitive_context": "alone",
@@ -193,14 +200,9 @@ def test_shipped_minimal_thresholds_come_with_its_alone_heads():
 @pytest.mark.slow
 def test_shipped_detailed_reads_content_alone_and_stops_an_unseen_passage():
     from plguard.guard import Guard
-    from plguard.heads.artefact import load_heads, shipped_calibration, shipped_heads
     from tests.unseen import load_unseen
 
-    cal, heads = shipped_calibration("detailed"), shipped_heads("detailed")
-    assert cal is not None and heads is not None
-    doc = json.loads(cal.read_text())
-    assert doc["heads"]["sha256"] == hashlib.sha256(heads.read_bytes()).hexdigest()
-    hf = load_heads(heads)
+    doc, hf = _shipped_with_calibration("detailed")
     # The content predicate reads each answer window alone; the request heads are kept.
     assert hf.heads["response_gives_steps_or_tactics"].readout == "alone"
     assert hf.heads["request_seeks_wrongdoing"].readout == "pair_prefix"

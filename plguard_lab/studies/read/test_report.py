@@ -36,18 +36,16 @@ def _f(x: float) -> str:
 def score_items(hf: Any, name: str, view: str, ex: Any, items: Sequence[Any]
                 ) -> tuple[list[int], np.ndarray]:
     """Indices of the items read and each one's P (an answer's: its best window)."""
-    h = hf.heads[name]
-    j = list(ex.layers).index(h.layer)
     if view == "request":
         idx = [i for i, it in enumerate(items) if it.response is None]
-        st = ex.request_states([items[i].request for i in idx])
-        z = st[:, j, :].astype(np.float64) @ h.weights + h.bias
-    else:
-        idx = [i for i, it in enumerate(items) if it.response is not None]
-        st, owner = ex.window_states([items[i].response or "" for i in idx])
-        zr = st[:, j, :].astype(np.float64) @ h.weights + h.bias
-        z = np.full(len(idx), -np.inf)
-        np.maximum.at(z, owner, zr)
+        return idx, request_probs(hf, [name], ex, [items[i].request for i in idx])[:, 0]
+    h = hf.heads[name]
+    j = list(ex.layers).index(h.layer)
+    idx = [i for i, it in enumerate(items) if it.response is not None]
+    st, owner = ex.window_states([items[i].response or "" for i in idx])
+    zr = st[:, j, :].astype(np.float64) @ h.weights + h.bias
+    z = np.full(len(idx), -np.inf)
+    np.maximum.at(z, owner, zr)
     a, b = h.platt
     return idx, 1.0 / (1.0 + np.exp(-(a * z + b)))
 
