@@ -357,13 +357,8 @@ class TransformersBackend(TokenizerText):
                    and (stop + 1 - start) * n0 <= POOL_BATCH_TOKENS):
                 stop += 1
             chunk = order[start:stop]
-            width = len(rows[chunk[-1]][0])
-            ids_t = torch.full((len(chunk), width), self.pad_id, dtype=torch.long)
-            mask = torch.zeros((len(chunk), width), dtype=torch.long)
-            for j, i in enumerate(chunk):
-                n = len(rows[i][0])
-                ids_t[j, :n] = torch.tensor(rows[i][0], dtype=torch.long)
-                mask[j, :n] = 1
+            ids_t = torch.tensor([rows[i][0] for i in chunk], dtype=torch.long)
+            mask = torch.ones_like(ids_t)
             res = self.model(input_ids=ids_t.to(self.device),
                              attention_mask=mask.to(self.device), logits_to_keep=1,
                              output_hidden_states=True)
