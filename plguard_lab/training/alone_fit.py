@@ -332,6 +332,7 @@ class AloneFit:
     lexical: Heldout | None
     candidates: dict[str, dict[str, float]]
     untrained: frozenset[str] = frozenset()
+    unjudged: frozenset[str] = frozenset()
     crossfit: np.ndarray | None = None  # each row's cross-fitted score (:func:`crossfit`)
     head: dict[str, Any] | None = None
     why: str = ""
@@ -394,7 +395,7 @@ def fit_alone(name: str, rows: Rows, layers: Sequence[int], depth: int, *,
     fit = AloneFit(name, rows.view, int((~np.isnan(rows.y)).sum()), int(np.nansum(rows.y)),
                    choice, found[choice], found[prior].metrics, lexical,
                    {f"{r}@{lay} s={s}": h.metrics for (r, lay, s), h in found.items()},
-                   untrained, why=why)
+                   untrained, unjudged, why=why)
     rf = folds[(choice[0], choice[1])]
     w, b = rf.head(untrained, choice[2])
     fit.crossfit = crossfit(rows, rf.X, choice[2], rf.top, untrained)
@@ -413,14 +414,17 @@ def _head_record(rows: Rows, choice: tuple[str, int, float], w: np.ndarray, b: f
     z = item_scores(rows, fit.crossfit)
     ok = ~np.isnan(z) & ~np.isnan(y) & ~np.isin(rows.groups, list(fit.untrained))
     pl = LogisticRegression(C=1e4, max_iter=1000).fit(z[ok].reshape(-1, 1), y[ok])
-    held = fit.heldout
-    hw, hsrc = worst(held.metrics)
-    lw, lsrc = worst(fit.lexical.metrics) if fit.lexical else (math.nan, "")
+    def judged(m: Mapping[str, float]) -> dict[str, float]:
+        return {k: v for k, v in m.items() if k not in fit.unjudged}
+
+    hw, hsrc = worst(judged(fit.heldout.metrics))
+    lw, lsrc = worst(judged(fit.lexical.metrics)) if fit.lexical else (math.nan, "")
     info = {"view": rows.view, "strength": choice[2], "mil": choice[0].endswith("+mil"),
             "n_items": fit.n_items,
             "positives": fit.positives, "worst_heldout": hw, "worst_source": hsrc,
             "lexical_worst": lw, "lexical_worst_source": lsrc,
-            "beats_lexical": bool(not math.isnan(lw) and hw > lw), "why": fit.why}
+            "beats_lexical": bool(not math.isnan(lw) and hw > lw),
+            "unjudged": sorted(fit.unjudged), "why": fit.why}
     return {"readout": "alone", "layer": int(choice[1]), "mode": "head",
             "weights": encode(w) if encode else w.tolist(), "bias": b,
             "platt": {"a": float(pl.coef_[0, 0]), "b": float(pl.intercept_[0])},

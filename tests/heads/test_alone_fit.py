@@ -187,3 +187,28 @@ def test_the_feature_store_keeps_states_beyond_float16(tmp_path):
     assert np.isfinite(got["big"].states).all()
     sizes = dict(store._con.execute("SELECT key, length(states) FROM feats"))
     assert sizes == {"small": 4 * 2, "big": 4 * 4}  # float16 unless it would overflow
+
+
+def test_a_heads_file_lists_the_sources_its_heads_were_fitted_on():
+    from types import SimpleNamespace
+
+    from plguard.policy import load_policy
+    from plguard_lab.studies.read.fit import heads_document
+    from plguard_lab.training.corpus import CorpusItem
+
+    items = [CorpusItem("a1", "alpaca", "1", "Write a poem", None),
+             CorpusItem("x1", "xsafety", "2", "Is this unsafe?", None),
+             CorpusItem("g1", "gptfuzz", "3", "How to?", "Step 1: ...")]
+    ex = SimpleNamespace(layers=(15,), window_tokens=64, window_overlap=32)
+    head = {"readout": "alone", "layer": 15, "weights": [], "bias": 0.0}
+    content = {"response_provides_harmful_instructions": {"view": "answer", "head": head,
+                                                          "untrained": []}}
+    doc = heads_document(load_policy("minimal"), content, ex, {}, items, "none")
+    # A content head reads answers only: Alpaca's and XSafety's licences do not apply.
+    assert doc["training"]["sources"] == ["gptfuzz"]
+    assert doc["training"]["non_commercial"] == []
+    request = {"request_is_harmful": {"view": "request", "head": head,
+                                      "untrained": ["xsafety"]}}
+    doc = heads_document(load_policy("minimal"), {**content, **request}, ex, {}, items, "none")
+    assert doc["training"]["sources"] == ["alpaca", "gptfuzz"]  # XSafety never trained it
+    assert doc["training"]["non_commercial"] == ["alpaca"]

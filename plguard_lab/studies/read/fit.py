@@ -32,6 +32,14 @@ from plguard_lab.studies.read.corpus import CAP, READ_SOURCES, read_corpus
 UNTRAINED_REQUEST = ("xsafety", "multijail", "hatecheck", "davidson", "answer_texts")
 # Reported but not choosing a request head's readout: their labels are not of requests.
 UNJUDGED_REQUEST = ("xsafety", "hatecheck", "davidson", "answer_texts")
+# Content heads: every held-out answer source judges. Left out of the judgement
+# (``--unjudged-answer hh_harmless``: its labels are preferences between two replies to one
+# ask, a judgement of the pair more than of the content), the search picks mean+mil@21
+# (worst judged 0.821 against the prior's 0.751), which stopped 10 of 48 unseen harmful
+# answers where the prior stops 30 and refused 5 of 24 benign ones
+# (eval/results/read-embedded/alt-minimal-content-mil21): five answer sources do not
+# choose a readout that transfers, so the prior's rule stays.
+UNJUDGED_ANSWER: tuple[str, ...] = ()
 
 
 def predicate_views(policy: Any) -> dict[str, str]:
@@ -62,6 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="sources request heads are never fitted on, only judged by")
     ap.add_argument("--unjudged-request", default=",".join(UNJUDGED_REQUEST),
                     help="sources whose figures do not choose a request head's readout")
+    ap.add_argument("--unjudged-answer", default=",".join(UNJUDGED_ANSWER),
+                    help="sources whose figures do not choose a content head's readout")
     ap.add_argument("--untrained-answer", default="",
                     help="sources content heads are never fitted on, only judged by")
     ap.add_argument("--no-lexical", action="store_true")
@@ -122,8 +132,8 @@ def run(args: argparse.Namespace) -> int:
             else:
                 untrained = frozenset(x for x in (args.untrained_request if view == "request"
                                                   else args.untrained_answer).split(",") if x)
-                unjudged = frozenset(x for x in args.unjudged_request.split(",")
-                                     if x and view == "request")
+                unjudged = frozenset(x for x in (args.unjudged_request if view == "request"
+                                                 else args.unjudged_answer).split(",") if x)
                 lex = (None if args.no_lexical
                        else heldout(rows, lexical_fitter(rows), untrained))
                 fit = fit_alone(spec.name, rows, ex.layers, ex.depth,
@@ -184,10 +194,12 @@ def _isnan(a: Any) -> Any:
 def _summary(rec: dict[str, Any]) -> str:
     if "skipped" in rec:
         return rec["skipped"]
-    w = min((v for v in rec["heldout"].values() if not math.isnan(v)), default=math.nan)
-    lw = min((v for v in rec["lexical_heldout"].values() if not math.isnan(v)),
-             default=math.nan)
-    return f"worst held-out {w:.3f} (lexical {lw:.3f}), {rec['why']}"
+    un = set(rec.get("unjudged") or ())
+    w = min((v for k, v in rec["heldout"].items() if not math.isnan(v) and k not in un),
+            default=math.nan)
+    lw = min((v for k, v in rec["lexical_heldout"].items() if not math.isnan(v)
+              and k not in un), default=math.nan)
+    return f"worst judged held-out {w:.3f} (lexical {lw:.3f}), {rec['why']}"
 
 
 def heads_document(policy: Any, fits: dict[str, dict[str, Any]], ex: Any,
@@ -214,6 +226,7 @@ def heads_document(policy: Any, fits: dict[str, dict[str, Any]], ex: Any,
     path = (shipped_heads(policy.name) if pair_heads == "shipped"
             else None if pair_heads == "none" else Path(pair_heads))
     layers = set(ex.layers)
+    kept_nc: set[str] = set()  # the kept heads' non-commercial sources travel with them
     if path is not None and Path(path).is_file():
         raw = json.loads(Path(path).read_text())
         load_heads(path)  # refuses a malformed file here, not in the product
@@ -222,9 +235,21 @@ def heads_document(policy: Any, fits: dict[str, dict[str, Any]], ex: Any,
                 preds[name] = h
                 kept.append(name)
                 layers.add(int(h["layer"]))
+        if kept:
+            kept_nc = set((raw.get("training") or {}).get("non_commercial") or ())
+    # The items that trained this file's alone heads: a request head reads the request-only
+    # items, a content head the answers; a source untrained for every head of a view is
+    # not one (its licence does not travel with the file).
+    untrained: dict[str, set[str]] = {}
+    for rec in fits.values():
+        if rec.get("head"):
+            u = set(rec.get("untrained") or ())
+            untrained[rec["view"]] = untrained.get(rec["view"], u) & u
     counts: dict[str, int] = {}
     for it in items:
-        counts[it.source] = counts.get(it.source, 0) + 1
+        view = "request" if it.response is None else "answer"
+        if view in untrained and it.source not in untrained[view]:
+            counts[it.source] = counts.get(it.source, 0) + 1
     return {"format": FORMAT,
             "model": {"sha256": identity.get("model_sha256"),
                       "model_id": identity.get("model_id")},
@@ -239,10 +264,10 @@ def heads_document(policy: Any, fits: dict[str, dict[str, Any]], ex: Any,
                          "labels": "each bundle's gold.yaml rules over the corpus fields "
                                    "(docs/label-map.md)",
                          "licences": {s: LICENCES.get(s, "?") for s in sorted(counts)},
-                         "non_commercial": sorted(s for s in counts
-                                                  if "non-commercial" in LICENCES.get(s, "")
-                                                  .lower() or "research" in
-                                                  LICENCES.get(s, "").lower())}}
+                         "non_commercial": sorted(kept_nc | {
+                             s for s in counts
+                             if "non-commercial" in LICENCES.get(s, "").lower()
+                             or "research" in LICENCES.get(s, "").lower()})}}
 
 
 def _grounding_cfg() -> Any:

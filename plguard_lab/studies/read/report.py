@@ -70,9 +70,11 @@ def render_fits(policy: str, fits: Mapping[str, Mapping[str, Any]],
             lines.append(f"\n`{src}` has one class: against the other class of " + ", ".join(
                 f"{t} {_f(v)} (lexical {_f(lex.get(t))})" for t, v in row.items()))
         cands = rec.get("candidates") or {}
+        un = set(rec.get("unjudged") or ())
         if len(cands) > 1:
-            lines += ["", "Candidates (worst / mean over held-out sources): " + "; ".join(
-                f"{k} {_f(_worst(m)[0])}/{_f(_mean(m))}" for k, m in cands.items())]
+            lines += ["", "Candidates (worst / mean over judged held-out sources): " + "; ".join(
+                f"{k} {_f(_worst(j)[0])}/{_f(_mean(j))}" for k, m in cands.items()
+                for j in [{s: v for s, v in m.items() if s not in un}])]
     tr = doc.get("training") or {}
     lines += ["", "Training items per source (dev): " + ", ".join(
         f"{k} {v}" for k, v in (tr.get("items") or {}).items())]
