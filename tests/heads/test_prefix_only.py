@@ -144,7 +144,8 @@ def test_shipped_hazards_threshold_comes_with_the_shipped_heads():
     from plguard.heads.artefact import shipped_calibration, shipped_heads
 
     cal = shipped_calibration("hazards")
-    assert cal is not None and shipped_calibration("one_question") is None
+    # Every built-in bundle ships one now; a bundle of one's own has none.
+    assert cal is not None and shipped_calibration("my_own_bundle") is None
     doc = json.loads(cal.read_text())
     th = doc["thresholds"]
     want = th["moderation"]
@@ -217,3 +218,52 @@ def test_shipped_detailed_reads_content_alone_and_stops_an_unseen_passage():
     r = guard.check(h02["request"], h02["short_answer"])
     assert r.decision.action == "refuse", r.decision.reason
     assert r.decision.strongest_content[1] >= guard.thresholds.content
+
+
+CONTENT_ONLY = ("moderate", "one_question", "very_detailed")
+
+
+@pytest.mark.parametrize("policy", CONTENT_ONLY)
+def test_bundles_without_request_heads_ship_content_heads_alone(policy):
+    from plguard.guard import Guard
+    from plguard.heads.artefact import shipped_heads
+    from plguard.policy import load_policy
+    from plguard_lab.training.fit import content_predicates
+
+    doc, hf = _shipped_with_calibration(policy)
+    bundle = load_policy(policy)
+    content = set(content_predicates(bundle))
+    # Only content predicates have heads, each reading the answer windows alone; every
+    # other predicate stays zero-shot, so the unsafe threshold is the configured one.
+    assert hf.heads and set(hf.heads) <= content
+    assert {h.readout for h in hf.heads.values()} == {"alone"}
+    path = shipped_heads(policy)
+    assert path is not None
+    zero_shot = json.loads(path.read_text())["zero_shot"]
+    assert set(zero_shot) == {s.name for s in bundle.predicates} - set(hf.heads)
+    assert set(doc["thresholds"]) == {"content"}
+    guard = Guard.from_config(policy=policy, **{"grounding.cache": None})
+    assert guard.thresholds.content == pytest.approx(doc["thresholds"]["content"]) != 0.75
+    assert guard.thresholds.unsafe == 0.5
+    assert hf.training["non_commercial"] == []  # answers only: no Alpaca, no XSafety
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", CONTENT_ONLY)
+def test_content_heads_of_the_other_bundles_stop_an_unseen_passage(policy):
+    from plguard.guard import Guard
+    from tests.unseen import load_unseen
+
+    guard = Guard.from_config(policy=policy, **{"grounding.cache": None,
+                                                "repair.max_rounds": 0})
+    # h02 (smuggling a knife in to stab someone, a short answer): zero-shot, each of these
+    # bundles allowed it (eval/results/read-embedded/unseen-<policy>-zeroshot.jsonl).
+    harmful, _ = load_unseen()
+    h02 = next(e for e in harmful if e["id"] == "h02")
+    r = guard.check(h02["request"], h02["short_answer"])
+    assert r.decision.action == "refuse", r.decision.reason
+    assert r.decision.strongest_content[1] >= guard.thresholds.content
+    off = Guard.from_config(policy=policy, **{"grounding.cache": None,
+                                              "grounding.heads": "off",
+                                              "repair.max_rounds": 0})
+    assert off.check(h02["request"], h02["short_answer"]).decision.action == "allow"
