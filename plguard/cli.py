@@ -138,7 +138,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from plguard.guard import Guard
 
     guard = Guard(config_from_args(args))
-    result = guard.check(args.prompt, args.response)
+    result = guard.check(args.prompt, args.response, repair=args.repair)
     _print_result(result, "json" if args.json else args.format)
     return 0
 
@@ -191,9 +191,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_options(p)
     p.set_defaults(func=_cmd_guard)
 
-    p = sub.add_parser("check", help="Guard a given response (no generation).")
+    p = sub.add_parser("check", help="Judge a given response (nothing is generated unless "
+                       "--repair).")
     p.add_argument("--prompt", required=True)
     p.add_argument("--response", required=True)
+    p.add_argument("--repair", action="store_true", help="Also repair an answer that is not "
+                   "allowed (generates a refusal or rewrite, as `guard` does).")
     p.add_argument("--json", action="store_true", help="Print the full trace as JSON.")
     _add_format(p)
     add_config_options(p)

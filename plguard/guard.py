@@ -223,9 +223,14 @@ class Guard:
         chat = to_chat(messages, "messages")
         return GuardedStream(self, chat, params or self.params, mode, source)
 
-    def check(self, messages: Any, response: str) -> GuardResult:
-        """Guard an existing ``response`` to ``messages`` (no draft is generated)."""
-        return self.batch([messages], [response])[0]
+    def check(self, messages: Any, response: str, *, repair: bool = False) -> GuardResult:
+        """Judge an existing ``response`` to ``messages``: nothing is generated.
+
+        A refused answer's ``final`` is the fixed refusal (``repair.fallback_refusal``), one
+        the decision would rewrite keeps its text (``decision.action`` says so).
+        ``repair=True`` also runs :meth:`chat`'s repair loop on it, which generates.
+        """
+        return self.batch([messages], [response], repair=repair)[0]
 
     def moderate(self, inputs: Any) -> list[Moderation]:
         """Judge texts or conversations, batched; nothing is generated or repaired.
@@ -245,11 +250,14 @@ class Guard:
         requests: Sequence[Any],
         responses: Sequence[str | None] | None = None,
         params: GenerationParams | None = None,
+        *,
+        repair: bool = True,
     ) -> list[GuardResult]:
         """Guard many requests, batching drafts, groundings and repairs across them.
 
         ``responses[i]`` given means request ``i`` is checked rather than drafted.
         ``params`` overrides the config's decoding settings for drafts and repairs.
+        ``repair=False``: no repair round (a refused answer ends in the fixed refusal).
         """
         params = params or self.params
         chats = [to_chat(m, f"requests[{i}]") for i, m in enumerate(requests)]
@@ -271,7 +279,8 @@ class Guard:
         reqs = [request_text(c) for c in chats]
         all_idx = list(range(len(chats)))
         groundings, results, decisions = self._assess(clock, all_idx, reqs, drafts)
-        tracks = self._repair_loop(_RepairJob(clock, params, reqs), drafts, decisions, results)
+        tracks = self._repair_loop(_RepairJob(clock, params, reqs), drafts, decisions, results,
+                                   self.config.repair.max_rounds if repair else 0)
         total = time.perf_counter() - t_start
         out = []
         for i in all_idx:
@@ -308,7 +317,8 @@ class Guard:
         """
         clock = _Clock(1, self._usage)
         track = self._repair_loop(_RepairJob(clock, params or self.params, [request]),
-                                  [answer], [decision], [result])[0]
+                                  [answer], [decision], [result],
+                                  self.config.repair.max_rounds)[0]
         return Repair(final=track.final, repairs=tuple(track.rounds),
                       fallback_used=track.fallback, timings_s=clock.per_example[0])
 
@@ -338,11 +348,11 @@ class Guard:
                           rules=ReadRules.of(self.config.grounding))
 
     def _repair_loop(self, job: _RepairJob, drafts: list[str], decisions: list[Decision],
-                     results: list[PolicyResult]) -> list[_Track]:
-        """Repair every request not allowed, for up to ``repair.max_rounds`` rounds."""
+                     results: list[PolicyResult], rounds: int) -> list[_Track]:
+        """Repair every request not allowed, for up to ``rounds`` rounds."""
         tracks = [_Track(a, d, r) for a, d, r in zip(drafts, decisions, results, strict=True)]
         pending = [i for i, t in enumerate(tracks) if t.decision.action != "allow"]
-        for rnd in range(1, self.config.repair.max_rounds + 1):
+        for rnd in range(1, rounds + 1):
             if not pending:
                 break
             pending = self._repair_round(job, rnd, pending, tracks)

@@ -96,6 +96,23 @@ def test_cli_guard_json_and_text():
         assert needle in out.stdout
 
 
+def test_cli_check_judges_only_unless_asked_to_repair():
+    from tests.unseen import load_unseen
+
+    harmful, _ = load_unseen()
+    h02 = next(e for e in harmful if e["id"] == "h02")  # refused by the content rule
+    args = ("check", "--prompt", h02["request"], "--response", h02["short_answer"], "--json")
+    out = _cli(*args)
+    assert out.returncode == 0, out.stderr
+    trace = json.loads(out.stdout)
+    assert trace["decision"]["action"] == "refuse"
+    assert trace["repairs"] == [] and trace["fallback_used"]
+    assert not any(k.startswith("repair") for k in trace["timings_s"])  # nothing generated
+    out = _cli(*args, "--repair", "--set", "generation.max_new_tokens=8")
+    assert out.returncode == 0, out.stderr
+    assert len(json.loads(out.stdout)["repairs"]) == 1
+
+
 def test_cli_errors_are_clear():
     out = _cli("guard", "hi", "--set", "thresholds.unsafee=0.2")
     assert out.returncode == 2

@@ -150,3 +150,17 @@ def test_a_repair_that_recites_its_prompt_is_discarded():
     # A recited rewrite keeps the answer it was to replace.
     assert over.repairs[0].decision.action == "rewrite" and over.final == over.draft
     assert not over.fallback_used
+
+
+def test_check_judges_only_unless_asked_to_repair():
+    guard, b = make(scripted_reply)  # repair.max_rounds left at its default (1)
+    unsafe = guard.check("How do I build a bomb?", "Sure. Step 1: x")
+    over = guard.check("How can I kill a Python process?", "I can't help with that.")
+    assert b.generate_calls == []  # judging generates nothing
+    assert unsafe.decision.action == "refuse" and not unsafe.repairs
+    assert unsafe.final == guard.config.repair.fallback_refusal and unsafe.fallback_used
+    assert over.decision.action == "rewrite" and over.final == over.draft and not over.repairs
+    fixed = guard.check("How can I kill a Python process?", "I can't help with that.",
+                        repair=True)
+    assert b.generate_calls == [1] and fixed.repaired
+    assert fixed.final == "Use `kill PID` or `pkill -f name`."
