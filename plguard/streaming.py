@@ -510,6 +510,10 @@ class GuardedStream:
         return StreamEnd(result, blocked, finish)
 
     def _ran_out(self) -> bool:
+        if self.source is not None:
+            # Another server wrote the draft at its own length limit: only it knows
+            # whether it ran out, and a source that says (an upstream's) is believed.
+            return getattr(self.source, "finish_reason", None) == "length"
         count = getattr(self.guard.generator, "count_tokens", None)
         return callable(count) and count(self.text) >= self.params.max_new_tokens
 

@@ -55,7 +55,12 @@ from plguard.server.schemas import (
     ModelList,
 )
 from plguard.server.streaming import stream_completion
-from plguard.server.upstream import UpstreamClient, UpstreamDraft, UpstreamError
+from plguard.server.upstream import (
+    UpstreamClient,
+    UpstreamDraft,
+    UpstreamError,
+    upstream_tokens,
+)
 from plguard.types import Chat
 
 if TYPE_CHECKING:
@@ -226,7 +231,9 @@ def _add_routes(app: FastAPI) -> None:
             try:
                 draft = await state.upstream.draft(body.model, [m.as_dict() for m in
                                                                 body.messages],
-                                                   key.max_new_tokens, key.temperature)
+                                                   upstream_tokens(body.requested_tokens,
+                                                                   state.settings),
+                                                   key.temperature)
             except UpstreamError as exc:
                 raise ApiError(502, str(exc), type="upstream_error", code=exc.code) from None
             timings["upstream"] = time.perf_counter() - t0

@@ -48,7 +48,7 @@ from plguard.server.schemas import (
     RuleScore,
     Usage,
 )
-from plguard.server.upstream import UpstreamError
+from plguard.server.upstream import UpstreamError, upstream_tokens
 from plguard.types import Chat, GenerationParams
 
 if TYPE_CHECKING:
@@ -88,8 +88,8 @@ async def stream_completion(request: Request, body: ChatCompletionRequest, chat:
     if state.upstream is not None:
         try:  # connected and answering before the 200 goes out: a failure is still a 502
             source = await state.upstream.open_stream(
-                body.model, [m.as_dict() for m in body.messages], key.max_new_tokens,
-                key.temperature)
+                body.model, [m.as_dict() for m in body.messages],
+                upstream_tokens(body.requested_tokens, state.settings), key.temperature)
         except UpstreamError as exc:
             raise ApiError(502, str(exc), type="upstream_error", code=exc.code) from None
         mode = "upstream"

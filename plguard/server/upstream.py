@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from plguard.backends.openai_client import AsyncOpenAIClient, EventStream, OpenAIClient
-from plguard.config import GuardConfig, ModelConfig
+from plguard.config import GuardConfig, ModelConfig, ServerConfig
 from plguard.errors import BackendError, ConfigError
 from plguard.messages import replace_lone_surrogates
 
@@ -91,9 +91,12 @@ class UpstreamClient:
         # Streams are read in the guard's draft thread, blocking, with their own pool.
         self._sync = OpenAIClient.from_config(cfg, **kw)
 
-    async def draft(self, model: str, messages: list[dict[str, str]], max_tokens: int,
+    async def draft(self, model: str, messages: list[dict[str, str]], max_tokens: int | None,
                     temperature: float) -> UpstreamDraft:
         """The upstream's answer (429, 5xx and broken connections retried).
+
+        ``max_tokens``: what the client asked for (clamped to the server's cap); ``None``
+        (the client set none) sends none, so the upstream answers at its own length.
 
         Raises:
             UpstreamError: unreachable, a non-2xx status, a body without an answer, or an
@@ -101,10 +104,8 @@ class UpstreamClient:
                 guard judges text; passing tool calls or an empty answer through unjudged
                 would let them past the policy, so such an answer is an error.
         """
-        body: dict[str, Any] = {
-            "model": self.model or model, "messages": messages, "max_tokens": max_tokens,
-            "temperature": temperature, "stream": False,
-        }
+        body = _body(self.model or model, messages, max_tokens, temperature)
+        body["stream"] = False
         try:
             reply = await self._async.post("/chat/completions", body)
         except BackendError as exc:
@@ -138,17 +139,17 @@ class UpstreamClient:
                              _count(usage.get("prompt_tokens")),
                              _count(usage.get("completion_tokens")))
 
-    async def open_stream(self, model: str, messages: list[dict[str, str]], max_tokens: int,
-                          temperature: float) -> Callable[[threading.Event], Iterator[str]]:
+    async def open_stream(self, model: str, messages: list[dict[str, str]],
+                          max_tokens: int | None, temperature: float) -> UpstreamSource:
         """Start the upstream's streamed draft; return the source that reads its deltas.
 
         The connection is opened and its status read here, so an unreachable or failing
         upstream is an :class:`UpstreamError` before anything is sent to the client (not
         retried, like every stream). The source runs in the guard's draft thread; it
         closes the connection when it stops, which makes the upstream stop generating.
+        ``max_tokens`` as for :meth:`draft`.
         """
-        body = {"model": self.model or model, "messages": messages, "max_tokens": max_tokens,
-                "temperature": temperature}
+        body = _body(self.model or model, messages, max_tokens, temperature)
 
         def connect() -> EventStream:
             try:
@@ -157,26 +158,30 @@ class UpstreamClient:
                 raise UpstreamError(f"upstream {self.base_url}: {exc}") from exc
 
         es = await asyncio.to_thread(connect)
+        src = UpstreamSource()
         if not es.is_sse:
             # A server that ignores stream: true answers whole; its answer is the draft.
             try:
-                whole = self._answer(es.json().body).text
+                whole = self._answer(es.json().body)
             except BackendError as exc:
                 raise UpstreamError(f"upstream {self.base_url}: {exc}") from exc
             finally:
                 es.close()
-            return lambda cancel: iter([whole] if whole else [])
+            src.finish_reason = whole.finish_reason
+            src.read = lambda cancel: iter([whole.text] if whole.text else [])
+            return src
 
-        def source(cancel: threading.Event) -> Iterator[str]:
+        def read(cancel: threading.Event) -> Iterator[str]:
             try:
-                yield from iter_upstream_deltas(es.events(cancel), self.base_url)
+                yield from iter_upstream_deltas(es.events(cancel), self.base_url, src)
             except BackendError as exc:
                 raise UpstreamError(f"upstream {self.base_url} broke off its stream: {exc}"
                                     ) from exc
             finally:
                 es.close()
 
-        return source
+        src.read = read
+        return src
 
     async def aclose(self) -> None:
         """Close the connection pools."""
@@ -184,8 +189,37 @@ class UpstreamClient:
         await asyncio.to_thread(self._sync.close)
 
 
-def iter_upstream_deltas(events: Iterable[Any], base_url: str) -> Iterator[str]:
+def upstream_tokens(asked: int | None, settings: ServerConfig) -> int | None:
+    """The ``max_tokens`` sent upstream: the client's, clamped to the cap; none if none.
+
+    A proxy does not shorten what the client did not limit: the upstream answers at its
+    own length, and says whether it ran out (its ``finish_reason``).
+    """
+    return None if asked is None else min(asked, settings.max_tokens_cap)
+
+
+class UpstreamSource:
+    """A streamed upstream draft (a ``DraftSource``) and the finish reason it ended with.
+
+    ``finish_reason`` is the upstream's own (``stop``, ``length``, ...) once its stream
+    said it, ``None`` before or if it never did: the stream's end reports it, since only
+    the upstream knows whether it ran out of tokens.
+    """
+
+    def __init__(self) -> None:
+        self.finish_reason: str | None = None
+        self.read: Callable[[threading.Event], Iterator[str]] = lambda cancel: iter(())
+
+    def __call__(self, cancel: threading.Event) -> Iterator[str]:
+        """The draft's text deltas (``read`` them until ``cancel`` is set)."""
+        return self.read(cancel)
+
+
+def iter_upstream_deltas(events: Iterable[Any], base_url: str,
+                         into: UpstreamSource | None = None) -> Iterator[str]:
     """The text deltas of an upstream chat completion stream (its events' JSON).
+
+    ``into``: where the upstream's ``finish_reason`` is recorded when an event carries one.
 
     Tool calls, function calls or an event that is not a chunk end the draft with an
     error: the guard judges text, and passing anything else through unjudged would let it
@@ -203,9 +237,20 @@ def iter_upstream_deltas(events: Iterable[Any], base_url: str) -> Iterator[str]:
             raise UpstreamError(f"upstream {base_url} streamed {', '.join(other)}; plguard "
                                 "guards text answers and does not pass anything else "
                                 "through unchecked", code="upstream_no_content")
+        finish = choices[0].get("finish_reason") if choices else None
+        if into is not None and isinstance(finish, str):
+            into.finish_reason = finish
         piece = delta.get("content")
         if isinstance(piece, str) and piece:
             yield replace_lone_surrogates(piece)
+
+
+def _body(model: str, messages: list[dict[str, str]], max_tokens: int | None,
+          temperature: float) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": model, "messages": messages, "temperature": temperature}
+    if max_tokens is not None:  # none asked: none sent (the upstream's own default applies)
+        body["max_tokens"] = max_tokens
+    return body
 
 
 def _show(data: Any) -> str:

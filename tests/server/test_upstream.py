@@ -38,7 +38,8 @@ def upstream_app(backend: Any) -> FastAPI:
         if body.get("model") == "broken":
             return JSONResponse({"error": {"message": "upstream exploded",
                                            "type": "server_error"}}, status_code=500)
-        params = GenerationParams(max_new_tokens=body["max_tokens"],
+        # A client that sets no max_tokens sends none upstream: the upstream picks.
+        params = GenerationParams(max_new_tokens=body.get("max_tokens", MAX_NEW_TOKENS),
                                   temperature=body.get("temperature") or 0.0)
         gen = (await asyncio.to_thread(backend.generate, [to_chat(body["messages"])], params))[0]
         app.state.seen.append({"body": body, "reply": gen.text})

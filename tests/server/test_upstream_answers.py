@@ -6,12 +6,14 @@ the Guard is the scripted one, so only the server's handling of those answers is
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.responses import StreamingResponse
 
 from plguard import Guard, GuardConfig
 from plguard.config import ServerConfig
@@ -30,9 +32,21 @@ def upstream() -> Iterator[tuple[str, dict[str, Any]]]:
     app = FastAPI()
 
     @app.post("/v1/chat/completions")
-    async def chat() -> Any:
+    async def chat(request: Request) -> Any:
+        body = await request.json()
+        reply.setdefault("seen", []).append(body)
+        choice = reply["choice"]
+        if body.get("stream"):  # the answer a few words a chunk, then its finish reason
+            words = choice["message"]["content"].split(" ")
+            events = [{"choices": [{"index": 0, "delta": {"content": " ".join(words[i:i + 3])
+                                                          + " "}}]}
+                      for i in range(0, len(words), 3)]
+            events.append({"choices": [{"index": 0, "delta": {},
+                                        "finish_reason": choice["finish_reason"]}]})
+            sse = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+            return StreamingResponse(iter([sse]), media_type="text/event-stream")
         return {"id": "up", "object": "chat.completion", "created": 0, "model": "up",
-                "choices": [{"index": 0, **reply["choice"]}], **reply.get("extra", {})}
+                "choices": [{"index": 0, **choice}], **reply.get("extra", {})}
 
     with LiveServer(app) as server:
         yield server.url + "/v1", reply
@@ -95,3 +109,41 @@ async def test_check_never_reports_length_for_a_supplied_answer(minimal_policy):
         r = (await c.post("/v1/guard/check", json={**ASK, "response": ANSWER})).json()
     assert r["plguard"]["action"] == "allow"
     assert r["choices"][0]["finish_reason"] == "stop"
+
+
+async def test_the_clients_max_tokens_goes_upstream_and_none_if_none(upstream, minimal_policy):
+    url, reply = upstream
+    reply.clear()
+    reply["choice"] = {"finish_reason": "stop",
+                       "message": {"role": "assistant", "content": ANSWER}}
+    app = _app(minimal_policy, url)
+    async with _client(app) as c:
+        for extra in ({}, {"max_tokens": 7}, {"max_completion_tokens": 9},
+                      {"max_tokens": 10**6}):
+            for stream in (False, True):
+                r = await c.post("/v1/chat/completions", json={**ASK, **extra,
+                                                               "stream": stream})
+                assert r.status_code == 200, r.text
+    cap = app.state.settings.max_tokens_cap
+    # None asked, none sent (the upstream answers at its own length); asked: sent, clamped.
+    assert [b.get("max_tokens") for b in reply["seen"]] == [None, None, 7, 7, 9, 9, cap, cap]
+
+
+@pytest.mark.parametrize("finish", ["stop", "length"])
+async def test_a_streamed_upstream_answer_ends_with_the_upstreams_finish_reason(
+        upstream, minimal_policy, finish):
+    url, reply = upstream
+    reply.clear()
+    reply["choice"] = {"finish_reason": finish,
+                       "message": {"role": "assistant", "content": ANSWER}}
+    # 4 new tokens locally: the answer's 11 words would read as "length" by our count.
+    async with _client(_app(minimal_policy, url, max_new_tokens=4)) as c:
+        r = await c.post("/v1/chat/completions", json={**ASK, "stream": True})
+    chunks = [json.loads(line[6:]) for line in r.text.splitlines()
+              if line.startswith("data: {")]
+    finishes = [ch["choices"][0]["finish_reason"] for ch in chunks if ch["choices"]
+                and ch["choices"][0].get("finish_reason")]
+    assert finishes == [finish]
+    text = "".join(ch["choices"][0]["delta"].get("content") or "" for ch in chunks
+                   if ch["choices"])
+    assert text.strip() == ANSWER
