@@ -28,8 +28,9 @@ def add_serve_commands(subparsers: Any) -> None:
 
     p = subparsers.add_parser(
         "serve", help="Serve an OpenAI-compatible, guarded chat API.",
-        description="Serve POST /v1/chat/completions, GET /v1/models, POST /v1/guard/check "
-        "and GET /health. Point an OpenAI client's base_url at http://HOST:PORT/v1.")
+        description="Serve POST /v1/chat/completions, GET /v1/models, POST /v1/guard/check, "
+        "POST /v1/moderations and GET /health. Point an OpenAI client's base_url at "
+        "http://HOST:PORT/v1.")
     add_config_options(p)
     p.add_argument("--host", help=_help("host"))
     p.add_argument("--port", type=int, help=_help("port"))
