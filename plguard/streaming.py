@@ -373,8 +373,9 @@ class GuardedStream:
             v = vs[0]
             if refused := [w for w in vs if w.decision.action == "refuse"]:
                 return max(refused, key=lambda w: w.decision.strongest_content[1])
-            if v.decision.action == "rewrite" and not self.sent:
-                self.hold = True  # over-refusing from the start: repaired at the end
+            # An over-refusal is not decided here: a polite or hedging opening reads like a
+            # refusal in a partial window, and holding on it held whole helpful answers.
+            # The final check on the whole draft decides a rewrite (issue 54, item 4).
             if any(self._doubtful(w.decision) for w in vs):
                 self.hold = True  # the final check on the whole draft decides the rest
             # The window's tail goes out only once the next window has read it with what

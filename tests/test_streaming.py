@@ -520,3 +520,19 @@ def test_windows_do_not_depend_on_timing():
     assert fast == slow and fast
     assert end_fast.blocked and end_slow.blocked
     assert end_fast.result.decision.reason == end_slow.result.decision.reason
+
+
+def test_a_hedging_opening_does_not_hold_a_helpful_answer():
+    # The first window reads as a refusal of a harmless request (an over-refusal, rewrite);
+    # the answer goes on helpfully. Only the whole answer may decide a rewrite, so the
+    # text that no unsafe rule holds streams as it is checked.
+    toks = [" I", " can't", " be", " sure,", " but", " here", " goes:", *words(60)]
+    guard, _, gr = make(toks, delay_s=0.002)
+    chunks, end = run(guard, "How can I kill a Python process?")
+    whole = "".join(toks).strip()
+    final_read = min(t for t, resp in gr.reads if resp.strip() == whole)
+    assert len(chunks) > 3 and "can't" in chunks[0].text
+    assert chunks[0].t < final_read  # the opening went out before the whole was judged
+    assert not end.blocked and not end.result.repaired
+    assert end.result.final.strip() == whole  # kept, as the decision's reason says
+    assert_released_after_allowed(chunks, gr, end)
