@@ -370,7 +370,6 @@ class GuardedStream:
             texts = [window, *([self.text[self.checked:cut]] if self.checked > self.win_start
                                else [])]
             vs = self._step(f"window_{self.windows}", functools.partial(self._assess_all, texts))
-            v = vs[0]
             if refused := [w for w in vs if w.decision.action == "refuse"]:
                 return max(refused, key=lambda w: w.decision.strongest_content[1])
             # An over-refusal is not decided here: a polite or hedging opening reads like a
