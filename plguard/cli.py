@@ -213,13 +213,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _extension_hooks() -> list[Callable[[Any], None]]:
-    """Command groups defined next to their features (policy tools, eval, server...)."""
-    import importlib
+    """Command groups defined next to their features, then the entry points' groups.
 
+    Packages register groups under the ``plguard.commands`` entry point: the laboratory's
+    eval, view, tools and heads groups come so, and the product names none of them.
+    """
+    import functools
+    from importlib.metadata import entry_points
+
+    found: list[tuple[str, Callable[[], Any]]] = [
+        (f"{m}:{a}", functools.partial(_attr_of, m, a)) for m, a in _COMMAND_GROUPS]
+    seen = {name for name, _ in found}
+    for ep in sorted(entry_points(group=COMMANDS_ENTRY_POINT), key=lambda e: e.name):
+        if ep.value not in seen:
+            seen.add(ep.value)
+            found.append((ep.value, ep.load))
     hooks = []
-    for module, attr in _COMMAND_GROUPS:
+    for _, load in found:
         try:
-            hooks.append(getattr(importlib.import_module(module), attr))
+            hooks.append(load())
         except ImportError as exc:
             if exc.name and exc.name.startswith("plguard"):
                 raise
@@ -229,16 +241,19 @@ def _extension_hooks() -> list[Callable[[Any], None]]:
     return hooks
 
 
+def _attr_of(module: str, attr: str) -> Any:
+    import importlib
+
+    return getattr(importlib.import_module(module), attr)
+
+
+COMMANDS_ENTRY_POINT = "plguard.commands"
 _COMMAND_GROUPS: list[tuple[str, str]] = [
     ("plguard.policy.cli", "add_policy_commands"),
-    ("plguard_lab.cli", "add_eval_commands"),
     ("plguard.server.cli", "add_serve_commands"),
-    ("plguard_lab.view.cli", "add_view_commands"),
-    ("plguard_lab.tools_cli", "add_tools_commands"),
     ("plguard.batchjob.cli", "add_batch_commands"),
     ("plguard.modelcheck_cli", "add_model_commands"),
     ("plguard.moderation_cli", "add_moderate_commands"),
-    ("plguard_lab.training.cli", "add_heads_commands"),
 ]
 
 

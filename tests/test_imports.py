@@ -173,3 +173,17 @@ def test_import_contracts_are_kept(capsys):
     code = cli.lint_imports(config_filename=str(ROOT.parent / "pyproject.toml"),
                             no_cache=True, no_logo=True)
     assert code == 0, capsys.readouterr().out
+
+
+def test_the_laboratorys_commands_come_from_entry_points():
+    from importlib.metadata import entry_points
+
+    from plguard.cli import COMMANDS_ENTRY_POINT, build_parser
+
+    # The product names no laboratory module; the laboratory registers its groups.
+    assert "plguard_lab" not in (ROOT / "cli.py").read_text(encoding="utf-8")
+    eps = {e.name: e.value for e in entry_points(group=COMMANDS_ENTRY_POINT)}
+    assert {"eval", "view", "tools", "heads"} <= set(eps)
+    assert all(v.startswith("plguard_lab.") for v in eps.values())
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    assert {"eval", "view", "heads", "report", "policy", "serve"} <= set(sub.choices)
