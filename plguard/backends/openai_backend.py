@@ -53,7 +53,7 @@ from plguard.backends.base import Capabilities
 from plguard.backends.deltas import Deltas
 from plguard.backends.logprobs import finite, logsumexp
 from plguard.backends.openai_client import OpenAIClient, RemoteStatusError, Reply, usage_of
-from plguard.backends.vllm_backend import sampled_request_ids
+from plguard.backends.token_ids import request_ids
 from plguard.errors import BackendDeadError, BackendError, ConfigError, ModelError, did_you_mean
 from plguard.models import resolve_model_path
 from plguard.types import ROLES, Chat, Generation, GenerationParams, TFRequest, TFScore
@@ -364,7 +364,8 @@ class OpenAIBackend(TokenizerText):
             jobs: list[tuple[list[int], list[list[int]]]] = []
             shape = []
             for req in requests:
-                prefix, suffixes, truncated = sampled_request_ids(self, self.max_context, req)
+                prefix, suffixes, truncated = request_ids(self.encode, self.max_context,
+                                                          req, sampled=True)
                 shape.append((len(suffixes), truncated))
                 jobs.extend((prefix, [s]) for s in suffixes)
             groups = self._run(lambda j: self._exact_job(self.via, *j), jobs)

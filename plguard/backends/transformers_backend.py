@@ -21,6 +21,7 @@ from plguard.backends._structured import SchemaConstraint
 from plguard.backends._text import TokenizerText
 from plguard.backends.base import Capabilities, StatedScores
 from plguard.backends.deltas import Deltas
+from plguard.backends.token_ids import request_ids
 from plguard.errors import BackendError, ModelError
 from plguard.models import resolve_model_path
 from plguard.types import Chat, Generation, GenerationParams, TFRequest, TFScore
@@ -268,22 +269,8 @@ class TransformersBackend(TokenizerText):
     # -- True/False scoring ----------------------------------------------------------------
 
     def request_ids(self, req: TFRequest) -> tuple[list[int], list[list[int]], bool]:
-        """The canonical token ids of a request: prefix ids, suffix ids, truncated flag.
-
-        When the prefix plus the longest suffix exceeds the context, the middle of the
-        prefix is dropped so its head (instructions) and tail stay.
-        """
-        prefix = self.encode(req.prefix)
-        suffixes = [self.encode(s) for s in req.suffixes]
-        longest = max((len(s) for s in suffixes), default=0)
-        if longest >= self.max_context:
-            raise BackendError(f"a grounding question is {longest} tokens, longer than the "
-                               f"context window ({self.max_context}); shorten the question")
-        room = self.max_context - longest
-        if len(prefix) <= room:
-            return prefix, suffixes, False
-        head = room // 2
-        return prefix[:head] + prefix[len(prefix) - (room - head):], suffixes, True
+        """The canonical token ids of a request (:func:`plguard.backends.token_ids.request_ids`)."""
+        return request_ids(self.encode, self.max_context, req)
 
     def true_false_logprobs(self, requests: Sequence[TFRequest]) -> list[list[TFScore]]:
         """Score every suffix of each request after its once-forwarded shared prefix."""

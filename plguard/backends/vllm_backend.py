@@ -29,6 +29,7 @@ from plguard.backends._text import TokenizerText
 from plguard.backends._vllm_errors import call_error
 from plguard.backends.base import Capabilities
 from plguard.backends.logprobs import finite, logsumexp
+from plguard.backends.token_ids import request_ids
 from plguard.errors import (
     BackendError,
     ConfigError,
@@ -359,7 +360,7 @@ class VLLMBackend(TokenizerText):
 
     def request_ids(self, req: TFRequest) -> tuple[list[int], list[list[int]], bool]:
         """The canonical token ids of a request: prefix ids, suffix ids, truncated flag."""
-        return sampled_request_ids(self, self.max_context, req)
+        return request_ids(self.encode, self.max_context, req, sampled=True)
 
     def true_false_logprobs(self, requests: Sequence[TFRequest]) -> list[list[TFScore]]:
         """Score every question of every request in one engine call (prefixes cached)."""
@@ -403,27 +404,6 @@ class VLLMBackend(TokenizerText):
         return TFScore(logprob_true=finite(lt), logprob_false=finite(lf), truncated=truncated)
 
 
-def sampled_request_ids(text: TokenizerText, max_context: int, req: TFRequest
-                        ) -> tuple[list[int], list[list[int]], bool]:
-    """The canonical token ids of a request for an engine that samples one token.
-
-    Same rule as the transformers backend (drop the middle of the prefix), with one token
-    less room: vLLM, in-process or served, needs space for the one token it samples.
-    """
-    room_total = max_context - 1
-    prefix = text.encode(req.prefix)
-    suffixes = [text.encode(s) for s in req.suffixes]
-    longest = max((len(s) for s in suffixes), default=0)
-    if longest >= room_total:
-        raise BackendError(f"a grounding question is {longest} tokens, longer than the "
-                           f"context window ({max_context}); shorten the question")
-    room = room_total - longest
-    if len(prefix) <= room:
-        return prefix, suffixes, False
-    head = room // 2
-    return prefix[:head] + prefix[len(prefix) - (room - head):], suffixes, True
-
-
 def _generation_eos(local: str) -> list[int]:
     # vLLM stops on the generation config's EOS ids too; the text is cut at the same ids.
     try:
@@ -448,5 +428,4 @@ def _resolve_dtype(dtype: str, on_cpu: bool) -> str:
     return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
 
 
-__all__ = ["EngineKey", "VLLMBackend", "get_engine", "import_vllm", "sampled_request_ids",
-           "shutdown_engines"]
+__all__ = ["EngineKey", "VLLMBackend", "get_engine", "import_vllm", "shutdown_engines"]
