@@ -33,7 +33,7 @@ baseline (:mod:`plguard_lab.training.lexical`) is judged on the same items and f
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -356,9 +356,6 @@ def fit_alone(name: str, rows: Rows, layers: Sequence[int], depth: int, *,
     folds: dict[tuple[str, int], RidgeFolds] = {}
     found: dict[tuple[str, int, float], Heldout] = {}
 
-    def judged(m: Mapping[str, float]) -> dict[str, float]:
-        return {k: v for k, v in m.items() if k not in unjudged}
-
     def run(c: tuple[str, int, float]) -> None:
         key = (c[0], c[1])
         if key not in folds:
@@ -374,15 +371,15 @@ def fit_alone(name: str, rows: Rows, layers: Sequence[int], depth: int, *,
             for layer in layers:
                 if (read, layer, prior[2]) not in found:
                     run((read, layer, prior[2]))
-        best = best_choice({c: judged(h.metrics) for c, h in found.items()
+        best = best_choice({c: judged(h.metrics, unjudged) for c, h in found.items()
                             if c[0].startswith("mean")})
         for strength in CANDIDATE_STRENGTHS:  # then its strength
             if (best[0], best[1], strength) not in found:
                 run((best[0], best[1], strength))
-    best = best_choice({c: judged(h.metrics) for c, h in found.items()
+    best = best_choice({c: judged(h.metrics, unjudged) for c, h in found.items()
                         if c[0].startswith("mean")})
-    (pw, pm) = rank_key(judged(found[prior].metrics))
-    (bw, bm) = rank_key(judged(found[best].metrics))
+    (pw, pm) = rank_key(judged(found[prior].metrics, unjudged))
+    (bw, bm) = rank_key(judged(found[best].metrics, unjudged))
     # A near-tie (worst and mean both within the tolerance) goes to the prior.
     near = bw <= pw + WORST_TOLERANCE and bm <= pm + WORST_TOLERANCE
     choice = prior if near else best
@@ -414,11 +411,9 @@ def _head_record(rows: Rows, choice: tuple[str, int, float], w: np.ndarray, b: f
     z = item_scores(rows, fit.crossfit)
     ok = ~np.isnan(z) & ~np.isnan(y) & ~np.isin(rows.groups, list(fit.untrained))
     pl = LogisticRegression(C=1e4, max_iter=1000).fit(z[ok].reshape(-1, 1), y[ok])
-    def judged(m: Mapping[str, float]) -> dict[str, float]:
-        return {k: v for k, v in m.items() if k not in fit.unjudged}
-
-    hw, hsrc = worst(judged(fit.heldout.metrics))
-    lw, lsrc = worst(judged(fit.lexical.metrics)) if fit.lexical else (math.nan, "")
+    hw, hsrc = worst(judged(fit.heldout.metrics, fit.unjudged))
+    lw, lsrc = (worst(judged(fit.lexical.metrics, fit.unjudged)) if fit.lexical
+                else (math.nan, ""))
     info = {"view": rows.view, "strength": choice[2], "mil": choice[0].endswith("+mil"),
             "n_items": fit.n_items,
             "positives": fit.positives, "worst_heldout": hw, "worst_source": hsrc,
@@ -431,6 +426,11 @@ def _head_record(rows: Rows, choice: tuple[str, int, float], w: np.ndarray, b: f
             "info": info}
 
 
+def judged(metrics: Mapping[str, float], unjudged: Collection[str]) -> dict[str, float]:
+    """The figures of the sources that take part in a choice (``unjudged`` left out)."""
+    return {k: v for k, v in metrics.items() if k not in unjudged}
+
+
 def summary(metrics: Mapping[str, float]) -> tuple[float, str]:
     """(worst, source) of held-out metrics."""
     return worst(metrics)
@@ -438,4 +438,4 @@ def summary(metrics: Mapping[str, float]) -> tuple[float, str]:
 
 __all__ = ["CANDIDATE_READS", "CANDIDATE_STRENGTHS", "PRIOR", "AloneFit", "Fitter",
            "Heldout", "RidgeFolds", "Rows", "build_rows", "fit_alone", "heldout",
-           "item_scores", "summary"]
+           "item_scores", "judged", "summary"]

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -194,11 +193,12 @@ def _isnan(a: Any) -> Any:
 def _summary(rec: dict[str, Any]) -> str:
     if "skipped" in rec:
         return rec["skipped"]
-    un = set(rec.get("unjudged") or ())
-    w = min((v for k, v in rec["heldout"].items() if not math.isnan(v) and k not in un),
-            default=math.nan)
-    lw = min((v for k, v in rec["lexical_heldout"].items() if not math.isnan(v)
-              and k not in un), default=math.nan)
+    from plguard_lab.training.alone_fit import judged
+    from plguard_lab.training.select import worst
+
+    un = rec.get("unjudged") or ()
+    w, _ = worst(judged(rec["heldout"], un))
+    lw, _ = worst(judged(rec["lexical_heldout"], un))
     return f"worst judged held-out {w:.3f} (lexical {lw:.3f}), {rec['why']}"
 
 
