@@ -14,7 +14,9 @@ many harmful ones score above every benign one). Variants:
 * ``+requests``: the request rows of the request sets (labelled by ``request_is_harmful``)
   added to the answer windows as training rows, at weight ``a`` each (many more topics of
   harm than the answers hold);
-* ``concat``: the mean states of three layers side by side.
+* ``concat``: the mean states of three layers side by side;
+* ``lexical``: the read study's lexical baseline (TF-IDF word and character n-grams, a
+  logistic regression; :mod:`plguard_lab.training.lexical`) on the same answer windows.
 
 Nothing here is shipped: the read study's rule (the prior unless a candidate beats it by
 more than 0.03 on the worst or the mean held-out source) keeps the prior for all of them.
@@ -79,22 +81,56 @@ def main() -> None:
                 rf.stats[s] = rf._sums((rows.row_groups == s) & rf.ok)
         m = {k: v for k, v in heldout(rows, rf.fitter(1.0)).metrics.items()
              if not k.startswith("req:")}
-        judged = {k: v for k, v in m.items() if k != "hh_harmless"}
-        print(f"{name:18s} worst {min(m.values()):.3f} mean {np.mean(list(m.values())):.3f} "
-              f"(without hh_harmless {min(judged.values()):.3f} / "
-              f"{np.mean(list(judged.values())):.3f}): "
-              + " ".join(f"{k} {v:.3f}" for k, v in sorted(m.items())))
         w, b = rf.head(frozenset(), 1.0)
         s = np.concatenate([ust[:, L.index(x), :] for x in layers], 1).astype(np.float64) @ w + b
         per = np.full(len(unseen), -np.inf)
         np.maximum.at(per, uowner, s)
-        y = np.array([t for _, t, _ in unseen])
-        kind = np.array([k for _, _, k in unseen])
-        top = per[kind == "benign"].max()
-        for k in ("short", "long"):
-            sel = (kind == k) | (kind == "benign")
-            print(f"    unseen {k}: AUROC {auroc(y[sel], per[sel]):.3f}, "
-                  f"{int((per[kind == k] > top).sum())}/24 above every benign answer")
+        _report(name, m, per, unseen)
+    _report("lexical", *lexical(ans, unseen, ex), unseen)
+
+
+def lexical(ans: Rows, unseen: list[tuple[str, int, str]], ex: AloneExtractor
+            ) -> tuple[dict[str, float], np.ndarray]:
+    """The lexical baseline's held-out figures, and its scores of the unseen answers.
+
+    Vocabulary and regression as :func:`plguard_lab.training.lexical.lexical_fitter` fits
+    them (on every dev window, item weights), then applied to each unseen window's text.
+    """
+    from sklearn.linear_model import LogisticRegression
+
+    from plguard_lab.training.lexical import LEXICAL_C, lexical_fitter, vectorizer
+
+    metrics = heldout(ans, lexical_fitter(ans)).metrics
+    vec = vectorizer()
+    X = vec.fit_transform(ans.texts).tocsr()
+    m = ~np.isnan(ans.row_y)
+    model = LogisticRegression(C=LEXICAL_C, max_iter=2000).fit(
+        X[m], ans.row_y[m].astype(int), sample_weight=ans.row_weight[m])
+    texts, owner = [], []
+    for i, (a, _, _) in enumerate(unseen):
+        for w in ex.windows(a):
+            texts.append(w.prefix[w.pool[0]:w.pool[1]] if w.pool else "")
+            owner.append(i)
+    s = model.decision_function(vec.transform(texts))
+    per = np.full(len(unseen), -np.inf)
+    np.maximum.at(per, np.asarray(owner), s)
+    return metrics, per
+
+
+def _report(name: str, m: dict[str, float], per: np.ndarray,
+            unseen: list[tuple[str, int, str]]) -> None:
+    judged = {k: v for k, v in m.items() if k != "hh_harmless"}
+    print(f"{name:18s} worst {min(m.values()):.3f} mean {np.mean(list(m.values())):.3f} "
+          f"(without hh_harmless {min(judged.values()):.3f} / "
+          f"{np.mean(list(judged.values())):.3f}): "
+          + " ".join(f"{k} {v:.3f}" for k, v in sorted(m.items())))
+    y = np.array([t for _, t, _ in unseen])
+    kind = np.array([k for _, _, k in unseen])
+    top = per[kind == "benign"].max()
+    for k in ("short", "long"):
+        sel = (kind == k) | (kind == "benign")
+        print(f"    unseen {k}: AUROC {auroc(y[sel], per[sel]):.3f}, "
+              f"{int((per[kind == k] > top).sum())}/24 above every benign answer")
 
 
 def _merged(ans: Rows, req: Rows, L: list[int], layers: list[int], sources: list[str]
