@@ -57,6 +57,11 @@ class ModelConfig(_Strict):
         None, description="Context window in tokens; default from the model's config."
     )
     batch_size: int = Field(8, ge=1, description="Chats per generation batch.")
+    threads: int | None = Field(
+        None, ge=1, description="transformers on CPU: torch's intra-op threads (one pool "
+        "per process: the first model loaded sets it). null: OMP_NUM_THREADS where set, "
+        "else the cores this process may use minus one (at least 1), so a forward never "
+        "waits on a core that other work holds (docs/benchmarks.md, threads).")
     # vLLM engine arguments (ignored by transformers).
     gpu_memory_utilization: float = Field(
         0.4, gt=0, le=1, description="vLLM: share of device memory (host memory on CPU)."
@@ -159,6 +164,11 @@ class GroundingConfig(_Strict):
         "(a `windows: max` predicate takes its worst window). More windows cost more "
         "grounding. null: only a response over its share of max_data_tokens is windowed, in "
         "windows of that share.")
+    conversation_tokens: int = Field(
+        768, ge=16, description="Token budget for a conversation read as the request (a "
+        "system prompt or earlier turns; plguard.conversation): past it, turns are dropped "
+        "from the middle, keeping the system prompt, the first user turn and the most "
+        "recent turns; the trace lists the dropped turns (dropped_turns).")
     window_overlap: int = Field(64, ge=0, description="Tokens shared by consecutive windows, "
                                 "so a passage up to this long is always whole in one of them.")
     unseen: Literal["prior", "refuse"] = Field(

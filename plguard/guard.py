@@ -4,14 +4,26 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from plguard.config import GuardConfig, Thresholds
-from plguard.decide import Reading, ReadRules, decide_for
-from plguard.messages import check_response, request_text, to_chat
+from plguard.conversation import Conversation, read_conversation
+from plguard.decide import ReadRules
+from plguard.judging import (
+    Bound,
+    Clock,
+    Judge,
+    Request,
+    SubClock,
+    Usage,
+    decision,
+    is_time_key,
+    judge,
+)
+from plguard.messages import check_response, to_chat
 from plguard.repair import repair_chat, repeats_instructions
 from plguard.types import (
     Assessment,
@@ -35,46 +47,6 @@ if TYPE_CHECKING:
     from plguard.streaming import DraftSource, GuardedStream, StreamEvent, StreamMode
 
 T = TypeVar("T")
-
-
-Usage = Callable[[], dict[str, int]]
-USAGE_KEYS = ("prompt_tokens", "completion_tokens")
-
-
-class _Clock:
-    """Per-phase wall time, shared evenly by the examples of a batched call.
-
-    With ``usage`` (backends that report the tokens a call cost, i.e. remote servers), the
-    tokens of each phase are shared out the same way, as ``<phase>_prompt_tokens`` and
-    ``<phase>_completion_tokens``.
-    """
-
-    def __init__(self, n: int, usage: Usage | None = None) -> None:
-        self.per_example: list[dict[str, float]] = [{} for _ in range(n)]
-        self.usage = usage
-
-    def run(self, phase: str, idx: Sequence[int], fn: Callable[[], T]) -> T:
-        u0 = self.usage() if self.usage else {}
-        t0 = time.perf_counter()
-        out = fn()
-        n = max(len(idx), 1)
-        share = (time.perf_counter() - t0) / n
-        spent = {}
-        if self.usage:
-            u1 = self.usage()
-            spent = {f"{phase}_{k}": (u1.get(k, 0) - u0.get(k, 0)) / n for k in USAGE_KEYS}
-        for i in idx:
-            ex = self.per_example[i]
-            ex[phase] = ex.get(phase, 0.0) + share
-            for k, v in spent.items():
-                if v:
-                    ex[k] = ex.get(k, 0.0) + v
-        return out
-
-
-def is_time_key(key: str) -> bool:
-    """Whether a ``timings_s`` key holds seconds (not a token count)."""
-    return not key.endswith(tuple(f"_{k}" for k in USAGE_KEYS))
 
 
 class Guard:
@@ -131,6 +103,11 @@ class Guard:
         self.grounder: Grounder = Grounder(grounder, self.policy.predicates, self.config.grounding,
                                            policy_name=self.policy.name, resolved=resolved)
         self.thresholds = effective_thresholds(self.config, resolved.calibration)
+        cal = resolved.calibration
+        #: What the one check pipeline (plguard.judging) judges with.
+        self.judge = Judge(self.grounder, self.policy, self.thresholds,
+                           ReadRules.of(self.config.grounding),
+                           cal.moderation if cal is not None else {}, self.grounder_lock)
         meters = [u for b in {id(b): b for b in (self.generator, grounder)}.values()
                   if callable(u := getattr(b, "usage", None))]
         self._usage: Usage | None = _summed(meters) if meters else None
@@ -182,6 +159,16 @@ class Guard:
         g = self.config.generation
         return GenerationParams(max_new_tokens=g.max_new_tokens, temperature=g.temperature)
 
+    def conversation(self, messages: Any) -> Conversation:
+        """``messages`` as the request predicates read them (plguard.conversation).
+
+        One user message is itself; with a system prompt or earlier turns, the asking side
+        of the conversation, read several ways (within ``grounding.conversation_tokens``
+        grounding-model tokens).
+        """
+        return read_conversation(to_chat(messages), self.grounder_backend.count_tokens,
+                                 self.config.grounding.conversation_tokens)
+
     # Public API ----------------------------------------------------------------------
     def chat(self, messages: Any) -> GuardResult:
         """Draft an answer to ``messages`` and guard it."""
@@ -193,7 +180,7 @@ class Guard:
 
     def stream(self, messages: Any, *, mode: StreamMode | None = None,
                params: GenerationParams | None = None,
-               source: DraftSource | None = None) -> Iterator[StreamEvent]:
+               source: DraftSource | None = None) -> GuardedStream:
         """Draft an answer to ``messages`` and stream it guarded (plguard.streaming).
 
         Yields :class:`~plguard.streaming.StreamChunk` records, whose texts concatenate to
@@ -201,9 +188,10 @@ class Guard:
         full trace. ``mode``: ``buffered`` (text released only after its window is allowed)
         or ``audit`` (sent first, checked after); default ``stream.mode``. ``source``
         (``source(cancel) -> Iterator[str]``) drafts instead of the generator, e.g. an
-        upstream server's stream. Closing the iterator early cancels generation.
+        upstream server's stream. Closing the iterator early (or its ``cancel()``, from any
+        thread) cancels generation.
         """
-        return self._stream(messages, mode, params, source).events()
+        return self._stream(messages, mode, params, source)
 
     def astream(self, messages: Any, *, mode: StreamMode | None = None,
                 params: GenerationParams | None = None,
@@ -242,8 +230,7 @@ class Guard:
         """
         from plguard.moderation import moderate
 
-        with self.grounder_lock:  # a stream may be grounding in another thread
-            return moderate(self, inputs)
+        return moderate(self, inputs)  # the pipeline holds grounder_lock while grounding
 
     def batch(
         self,
@@ -267,7 +254,7 @@ class Guard:
         for i, r in enumerate(given):
             if r is not None:
                 check_response(r, f"responses[{i}]")
-        clock = _Clock(len(chats), self._usage)
+        clock = Clock(len(chats), self._usage)
         t_start = time.perf_counter()
         drafts: list[str] = [r if r is not None else "" for r in given]
         todo = [i for i, r in enumerate(given) if r is None]
@@ -276,9 +263,9 @@ class Guard:
                              lambda: self.generator.generate([chats[i] for i in todo], params))
             for i, g in zip(todo, gens, strict=True):
                 drafts[i] = g.text
-        reqs = [request_text(c) for c in chats]
+        reqs = [self.conversation(c) for c in chats]
         all_idx = list(range(len(chats)))
-        groundings, results, decisions = self._assess(clock, all_idx, reqs, drafts)
+        groundings, results, decisions = self._assess(clock, reqs, drafts)
         tracks = self._repair_loop(_RepairJob(clock, params, reqs), drafts, decisions, results,
                                    self.config.repair.max_rounds if repair else 0)
         total = time.perf_counter() - t_start
@@ -289,7 +276,7 @@ class Guard:
                                 if len(chats) > 1 else total)
             t = tracks[i]
             out.append(GuardResult(
-                request=reqs[i], draft=drafts[i], final=t.final,
+                request=reqs[i].text, draft=drafts[i], final=t.final,
                 repaired=bool(t.rounds), grounding=groundings[i], policy=results[i],
                 decision=decisions[i], repairs=tuple(t.rounds), fallback_used=t.fallback,
                 timings_s=timings,
@@ -297,26 +284,29 @@ class Guard:
         return out
 
     # The judging seam (streams, moderation) -------------------------------------------------
-    def assess(self, pairs: Sequence[tuple[str, str]]) -> list[Assessment]:
-        """Each ``(request text, answer)`` grounded, reasoned and decided as :meth:`check` does.
+    def assess(self, pairs: Sequence[tuple[Request, str]], *,
+               bound: Bound = "answer") -> list[Assessment]:
+        """Each ``(request, answer)`` through the one check pipeline (plguard.judging).
 
-        Nothing is generated or repaired. The phases' times are shared evenly by the pairs.
+        A request is a text or a :meth:`conversation`.
+
+        ``bound``: ``answer`` judges each answer as :meth:`check` does; ``worst`` judges
+        each request with no answer for its worst answer (a moderation); ``best`` for its
+        best answer (a stream's request check). Nothing is generated or repaired. The
+        phases' times are shared evenly by the pairs.
         """
-        clock = _Clock(len(pairs), self._usage)
-        idx = list(range(len(pairs)))
-        gs, rs, ds = self._assess(clock, idx, [q for q, _ in pairs], [a for _, a in pairs])
-        return [Assessment(grounding=g, policy=r, decision=d, timings_s=clock.per_example[i])
-                for i, (g, r, d) in enumerate(zip(gs, rs, ds, strict=True))]
+        return judge(self.judge, pairs, bound=bound, clock=Clock(len(pairs), self._usage))
 
-    def repair(self, request: str, answer: str, decision: Decision, result: PolicyResult,
+    def repair(self, request: Request, answer: str, decision: Decision, result: PolicyResult,
                params: GenerationParams | None = None) -> Repair:
         """The repair loop of :meth:`chat` on one ``answer``, judged ``decision`` on ``result``.
 
         An allowed answer comes back as it is, with no rounds; ``params`` default to the
         config's decoding settings.
         """
-        clock = _Clock(1, self._usage)
-        track = self._repair_loop(_RepairJob(clock, params or self.params, [request]),
+        clock = Clock(1, self._usage)
+        req = request if isinstance(request, Conversation) else Conversation.of_text(request)
+        track = self._repair_loop(_RepairJob(clock, params or self.params, [req]),
                                   [answer], [decision], [result],
                                   self.config.repair.max_rounds)[0]
         return Repair(final=track.final, repairs=tuple(track.rounds),
@@ -324,16 +314,11 @@ class Guard:
 
     # Stages ---------------------------------------------------------------------------
     def _assess(
-        self, clock: _Clock, idx: list[int], reqs: Sequence[str], answers: Sequence[str]
+        self, clock: Clock, reqs: Sequence[Request], answers: Sequence[str]
     ) -> tuple[list[Grounding], list[PolicyResult], list[Decision]]:
-        with self.grounder_lock:
-            groundings = clock.run("ground", idx, lambda: self.grounder.ground(
-                [(reqs[k], answers[k]) for k in range(len(idx))]))
-        results = clock.run("reason", idx, lambda: self.policy.evaluate_batch(
-            [g.probs for g in groundings]))
-        decisions = clock.run("decide", idx, lambda: [
-            self.decide(r, g) for r, g in zip(results, groundings, strict=True)])
-        return groundings, results, decisions
+        out = judge(self.judge, list(zip(reqs, answers, strict=True)), clock=clock)
+        return ([a.grounding for a in out], [a.policy for a in out],
+                [a.decision for a in out])
 
     def decide(self, result: PolicyResult, grounding: Grounding, *,
                answered: bool = True) -> Decision:
@@ -343,9 +328,7 @@ class Guard:
         cannot over-refuse and has no content, so only the unsafe side is compared, at the
         moderation threshold. Every rule is :func:`plguard.decide.decide_for`'s.
         """
-        return decide_for(self.policy, result, self.thresholds, answered=answered,
-                          reading=Reading.of(grounding),
-                          rules=ReadRules.of(self.config.grounding))
+        return decision(self.judge, result, grounding, "answer" if answered else "worst")
 
     def _repair_loop(self, job: _RepairJob, drafts: list[str], decisions: list[Decision],
                      results: list[PolicyResult], rounds: int) -> list[_Track]:
@@ -368,13 +351,12 @@ class Guard:
     def _repair_round(self, job: _RepairJob, rnd: int, pending: list[int],
                       tracks: list[_Track]) -> list[int]:
         """One repair of each of ``pending``, re-assessed; returns those still not allowed."""
-        chats = [self._repair_chat(job.reqs[i], tracks[i].final, tracks[i].decision,
+        chats = [self._repair_chat(job.reqs[i].text, tracks[i].final, tracks[i].decision,
                                    tracks[i].result) for i in pending]
         gens = self._timed_generate(job.clock, "repair", pending, chats, job.params)
         texts = [g.text for g in gens]
-        g2, r2, d2 = self._assess(_SubClock(job.clock, pending, "repair_"),
-                                  list(range(len(pending))), [job.reqs[i] for i in pending],
-                                  texts)
+        g2, r2, d2 = self._assess(SubClock(job.clock, pending, "repair_"),
+                                  [job.reqs[i] for i in pending], texts)
         nxt = []
         for k, i in enumerate(pending):
             t = tracks[i]
@@ -394,7 +376,7 @@ class Guard:
                 nxt.append(i)
         return nxt
 
-    def _timed_generate(self, clock: _Clock, phase: str, idx: list[int], chats: list[Chat],
+    def _timed_generate(self, clock: Clock, phase: str, idx: list[int], chats: list[Chat],
                         params: GenerationParams) -> list[Generation]:
         return clock.run(phase, idx, lambda: self.generator.generate(chats, params))
 
@@ -409,9 +391,9 @@ class Guard:
 class _RepairJob:
     """What every repair round of one batch shares."""
 
-    clock: _Clock
+    clock: Clock
     params: GenerationParams
-    reqs: list[str]
+    reqs: list[Conversation]
 
 
 @dataclass(slots=True)
@@ -442,13 +424,3 @@ def _summed(usages: list[Usage]) -> Usage:
         return out
 
     return total
-
-
-class _SubClock(_Clock):
-    """Maps a sub-batch's phases onto the parent clock under a prefix (repair_ground...)."""
-
-    def __init__(self, parent: _Clock, idx: Sequence[int], prefix: str) -> None:
-        self.parent, self.idx, self.prefix = parent, list(idx), prefix
-
-    def run(self, phase: str, idx: Sequence[int], fn: Callable[[], T]) -> T:
-        return self.parent.run(self.prefix + phase, [self.idx[k] for k in idx], fn)

@@ -81,11 +81,6 @@ def _message(m: Any, where: str) -> Message:
     return Message(role, check_text(content, f"{where}.content"))
 
 
-def request_text(chat: Chat) -> str:
-    """The request the policy judges: the last user message."""
-    return next(m.content for m in reversed(chat) if m.role == "user")
-
-
 def check_response(response: Any, where: str = "response") -> str:
     """A response to guard must be a string (it may be empty)."""
     if not isinstance(response, str):

@@ -8,10 +8,10 @@ How a stream is guarded (mode ``buffered``, the default):
 
 1. The request-scope predicates are grounded in a worker thread while the draft starts
    generating in another. Nothing is released before this request verdict; when some
-   unsafe rule is at the threshold whatever the answer says (its lowest value over every
-   true/false setting of the response-scope predicates, :func:`plguard.policy.bounds`,
-   decided by :func:`plguard.decide.decide_for` with the screen rule), generation is
-   cancelled and the fixed refusal is sent.
+   unsafe rule is at the threshold whatever the answer says (the check pipeline at its
+   ``best`` bound, :mod:`plguard.judging`: each rule's lowest value over every true/false
+   setting of the response-scope predicates), generation is cancelled and the fixed
+   refusal is sent.
 2. The draft streams into a hold-back buffer. Each time the unchecked text reaches
    ``stream.window_tokens`` (grounding-model tokens, cut at a word boundary so no part of a
    word leaves alone; the first window is ``stream.first_window_tokens``, smaller, so the
@@ -55,118 +55,36 @@ import time
 from collections.abc import AsyncGenerator, Callable, Generator, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import numpy as np
-
-from plguard.backends.base import Backend, can_stream
-from plguard.decide import Reading, ReadRules, decide_for
-from plguard.messages import request_text
-from plguard.policy.bounds import MAX_FREE_PREDICATES, bounds, free_predicates
+from plguard.backends.base import can_stream
+from plguard.stream_api import (
+    DraftSource,
+    FinishReason,
+    StreamChunk,
+    StreamEnd,
+    StreamEvent,
+    StreamGuard,
+    StreamMode,
+)
+from plguard.stream_cuts import SPACES as _SPACES
+from plguard.stream_cuts import window_end, word_start_before
 from plguard.types import (
-    Assessment,
     Chat,
     Decision,
     GenerationParams,
     Grounding,
     GuardResult,
     PolicyResult,
-    Repair,
     RepairRound,
 )
 
 if TYPE_CHECKING:
-    from plguard.config import GuardConfig, Thresholds
-    from plguard.grounding import Grounder
-    from plguard.policy import Policy
+    pass
 
 T = TypeVar("T")
-StreamMode = Literal["buffered", "audit"]
-FinishReason = Literal["stop", "length", "content_filter"]
-#: A draft source in place of the generator: ``source(cancel)`` yields text deltas.
-DraftSource = Callable[[threading.Event], Iterator[str]]
-
 _POLL_S = 0.01  # how often the hold-back loop looks at a pending request check
-_SPACES = " \n\t\r"
-
-
-@dataclass(frozen=True, slots=True)
-class StreamChunk:
-    """Text released to the client; ``t`` is ``time.perf_counter()`` when it was released."""
-
-    text: str
-    t: float
-
-
-@dataclass(frozen=True, slots=True)
-class StreamEnd:
-    """The end of a stream: its full trace, and how it finished.
-
-    ``blocked``: the draft was refused (a window, the request or the final check) or the
-    guard failed closed; ``finish_reason`` is then ``content_filter``, else ``stop`` or
-    ``length`` (the draft ran out of ``max_new_tokens``).
-    """
-
-    result: GuardResult
-    blocked: bool
-    finish_reason: FinishReason
-
-
-StreamEvent = StreamChunk | StreamEnd
-
-
-class StreamGuard(Protocol):
-    """What a stream needs of its guard: :class:`plguard.Guard`'s judging seam.
-
-    A protocol, not the Guard itself, so this module does not import the Guard (which
-    imports it for ``Guard.stream``): the layers stay one-way.
-    """
-
-    @property
-    def config(self) -> GuardConfig:
-        """The guard's config (``stream``, ``repair.fallback_refusal``, ``grounding``)."""
-        ...
-
-    @property
-    def policy(self) -> Policy:
-        """The compiled policy the guard decides by."""
-        ...
-
-    @property
-    def thresholds(self) -> Thresholds:
-        """The thresholds in force (calibrated ones included)."""
-        ...
-
-    @property
-    def generator(self) -> Backend:
-        """The backend that drafts."""
-        ...
-
-    @property
-    def grounder_backend(self) -> Backend:
-        """The backend that grounds (its tokens size the windows)."""
-        ...
-
-    @property
-    def grounder(self) -> Grounder:
-        """The grounder (used under :attr:`grounder_lock`)."""
-        ...
-
-    @property
-    def grounder_lock(self) -> AbstractContextManager[object]:
-        """Held while the grounder works: it serves one thread at a time."""
-        ...
-
-    def assess(self, pairs: Sequence[tuple[str, str]]) -> list[Assessment]:
-        """Each (request, answer) grounded, reasoned and decided as Guard.check does."""
-        ...
-
-    def repair(self, request: str, answer: str, decision: Decision, result: PolicyResult,
-               params: GenerationParams | None = None) -> Repair:
-        """The repair loop on one answer that was not allowed."""
-        ...
 
 
 class _Failed(Exception):
@@ -185,8 +103,9 @@ class _Verdict:
 class GuardedStream:
     """One guarded stream; all of its state lives here, so streams share none.
 
-    :meth:`events` is the iterator :meth:`Guard.stream` returns; :meth:`cancel` may be
-    called from any thread (``Guard.astream`` does on ``aclose``).
+    What :meth:`Guard.stream` returns: an iterator of its :meth:`events` (closing it early
+    cancels generation); :meth:`cancel` may be called from any thread (``Guard.astream``
+    does on ``aclose``, the server when its client goes).
     """
 
     def __init__(self, guard: StreamGuard, chat: Chat, params: GenerationParams,
@@ -194,7 +113,7 @@ class GuardedStream:
         self.guard, self.chat, self.params = guard, chat, params
         self.cfg = guard.config.stream
         self.mode: StreamMode = mode or self.cfg.mode
-        self.req = request_text(chat)
+        self.req = guard.conversation(chat)
         self.source = source
         self._cancel = threading.Event()
         self._deltas: queue.Queue[tuple[str, Any]] = queue.Queue()
@@ -210,10 +129,25 @@ class GuardedStream:
         self.hold = False  # release nothing more before the final check (see _windows)
         self.timings: dict[str, float] = {}
         self.t0 = 0.0
+        self._events: Generator[StreamEvent, None, None] | None = None
 
     def cancel(self) -> None:
         """Stop generating and end the stream at its next step (thread-safe)."""
         self._cancel.set()
+
+    def __iter__(self) -> GuardedStream:
+        return self
+
+    def __next__(self) -> StreamEvent:
+        if self._events is None:
+            self._events = self.events()
+        return next(self._events)
+
+    def close(self) -> None:
+        """Stop the stream (as closing its events' generator does); idempotent."""
+        self.cancel()
+        if self._events is not None:
+            self._events.close()
 
     # -- the draft ---------------------------------------------------------------------------
 
@@ -265,22 +199,17 @@ class GuardedStream:
     def _request_check(self) -> _Verdict | None:
         """The request verdict: a refusal whatever the answer, or None (go on).
 
-        The one decision (:func:`plguard.decide.decide_for`) on each unsafe rule at its best
-        answer: refused here only if every answer would be refused. A best case is on an
-        answer's scale, so the unsafe threshold applies, not the moderation one (a worst
-        case's).
+        The check pipeline at its ``best`` bound (:mod:`plguard.judging`): each unsafe rule
+        at its lowest value over every answer, so refused here only if every answer would
+        be refused.
         """
-        g = self.guard.grounder.ground([(self.req, "")], response=False)[0]
-        policy = self.guard.policy
-        result = PolicyResult(policy.id, best_case(self.guard, g))
-        th = self.guard.thresholds.model_copy(update={"moderation": None})
-        d = decide_for(policy, result, th, answered=False, reading=Reading.of(g),
-                       rules=ReadRules.of(self.guard.config.grounding))
-        if d.action != "refuse":
+        a = self.guard.assess([(self.req, "")], bound="best")[0]
+        if a.decision.action != "refuse":
             return None
+        d = a.decision
         return _Verdict(replace(d, reason="request check, before any text (each unsafe rule "
                                 f"at its lowest value whatever the answer says): {d.reason}"),
-                        g, result)
+                        a.grounding, a.policy)
 
     def _assess(self, answer: str) -> _Verdict:
         """``answer`` grounded, reasoned and decided exactly as Guard.check does."""
@@ -296,7 +225,7 @@ class GuardedStream:
 
     # -- the stream --------------------------------------------------------------------------
 
-    def events(self) -> Iterator[StreamEvent]:
+    def events(self) -> Generator[StreamEvent, None, None]:
         """The stream's chunks, then its end (see the module docstring)."""
         self.t0 = time.perf_counter()
         self._pump.start()
@@ -394,43 +323,20 @@ class GuardedStream:
                 or d.strongest_content[1] >= frac * th.content)
 
     def _window_due(self, final: bool) -> int | None:
-        """Where the next window to check ends, or None when none is due yet.
-
-        A window ends at a word boundary (so no part of a word is released alone) with at
-        most ``window_tokens`` tokens from its start; an unbroken run of twice that is cut
-        anyway.
-        """
+        """Where the next window to check ends, or None when none is due yet (stream_cuts)."""
+        if final:
+            # The last, partial window; a draft read whole by the final check needs none.
+            has_new = len(self.text.rstrip(_SPACES)) > self.checked
+            return len(self.text) if has_new and self.win_start > 0 else None
         # The first window is small, so the first text leaves early; the rest are full size.
         first = self.cfg.first_window_tokens
         size = self.cfg.window_tokens
         if self.windows == 0 and first is not None:
             size = min(first, size)
-        if final:
-            # The last, partial window; a draft read whole by the final check needs none.
-            has_new = len(self.text.rstrip(_SPACES)) > self.checked
-            return len(self.text) if has_new and self.win_start > 0 else None
-        n = self._count(self.text[self.win_start:])
-        if n < size:
-            return None
-        spaces = [i for i in range(max(self.checked, self.win_start) + 1, len(self.text))
-                  if self.text[i] in _SPACES]
-        if not spaces:
-            return len(self.text) if n >= 2 * size else None
-        fits = _last(spaces, lambda p: self._count(self.text[self.win_start:p]) <= size)
-        if fits is not None and fits == spaces[-1] and n < 2 * size:
-            # No word boundary past it yet: the window could still end a word later, so
-            # wait. Where a window ends is then a function of the draft, not of how its
-            # pieces arrived.
-            return None
-        return spaces[0] if fits is None else fits
+        return window_end(self.text, self._count, self.win_start, self.checked, size)
 
     def _word_start_before(self, cut: int, want: int) -> int:
-        """The latest word start in the window before ``cut`` with ``want`` tokens up to it."""
-        if want == 0:
-            return cut
-        starts = [i for i in range(self.win_start, cut) if self.text[i] in _SPACES]
-        best = _last(starts, lambda p: self._count(self.text[p:cut]) >= want)
-        return self.win_start if best is None else best
+        return word_start_before(self.text, self._count, self.win_start, cut, want)
 
     def _release(self, upto: int) -> Iterator[StreamEvent]:
         if upto > len(self.sent):
@@ -500,7 +406,7 @@ class GuardedStream:
             d = replace(d, reason=d.reason + " [stream.mode audit: text was sent before it "
                         "was checked]")
         self.timings["total"] = time.perf_counter() - self.t0
-        result = GuardResult(request=self.req, draft=self.text, final=self.sent,
+        result = GuardResult(request=self.req.text, draft=self.text, final=self.sent,
                              repaired=bool(rounds), grounding=v.grounding, policy=v.policy,
                              decision=d, repairs=rounds, fallback_used=fallback,
                              timings_s=dict(self.timings))
@@ -523,36 +429,6 @@ def _add_times(into: dict[str, float], spent: Mapping[str, float]) -> None:
         into[k] = into.get(k, 0.0) + v
 
 
-def _last(xs: list[int], ok: Callable[[int], bool]) -> int | None:
-    """The last of ``xs`` for which ``ok`` holds, where ``ok`` holds on a prefix of them."""
-    lo, hi, best = 0, len(xs) - 1, None
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        if ok(xs[mid]):
-            best, lo = xs[mid], mid + 1
-        else:
-            hi = mid - 1
-    return best
-
-
-def best_case(guard: StreamGuard, grounding: Grounding) -> dict[str, float]:
-    """Each unsafe rule's lowest probability over every answer, from request-side scores.
-
-    :func:`plguard.policy.bounds`' lowest value (an unscored request predicate counts as 0).
-    Empty when the policy has more free predicates than it bounds: the stream then waits
-    for the first window instead.
-    """
-    policy = guard.policy
-    if len(free_predicates(policy)) > MAX_FREE_PREDICATES:
-        return {}
-    probs = grounding.probs
-    free = set(free_predicates(policy))
-    names = [n for n in policy.predicate_names if n not in free]
-    low = bounds(policy, np.array([[probs.get(n, 0.0) for n in names]]), names,
-                 list(policy.unsafe_rules)).low
-    return {r: float(v[0]) for r, v in low.items()}
-
-
 async def astream(stream: GuardedStream) -> AsyncGenerator[StreamEvent, None]:
     """``stream``'s events for asyncio: the sync machinery runs in a thread.
 
@@ -570,7 +446,7 @@ async def astream(stream: GuardedStream) -> AsyncGenerator[StreamEvent, None]:
 
     def run() -> None:
         try:
-            for event in stream.events():
+            for event in stream:
                 put(event)
         except BaseException as exc:  # handed to the awaiting side
             put(exc)
@@ -589,4 +465,4 @@ async def astream(stream: GuardedStream) -> AsyncGenerator[StreamEvent, None]:
 
 
 __all__ = ["DraftSource", "FinishReason", "GuardedStream", "StreamChunk", "StreamEnd",
-           "StreamEvent", "StreamGuard", "StreamMode", "astream", "best_case"]
+           "StreamEvent", "StreamGuard", "StreamMode", "astream"]

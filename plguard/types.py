@@ -205,6 +205,9 @@ class Grounding:
     # Text addressed to the guard, kept from what the grounder read (plguard.screen).
     screen: tuple[ScreenFinding, ...] = ()
     heads: str = ""  # the heads file applied (name@sha256 prefix), if any
+    # Turns of the conversation (indices into its messages) left out of the request for
+    # its token budget (plguard.conversation).
+    dropped_turns: tuple[int, ...] = ()
 
     @property
     def probs(self) -> dict[str, float]:

@@ -5,18 +5,12 @@ import pytest
 
 from plguard.config import GuardConfig
 from plguard.errors import ConfigError, InputError
-from plguard.messages import check_response, replace_lone_surrogates, request_text, to_chat
+from plguard.messages import check_response, replace_lone_surrogates, to_chat
 
 
 def test_string_prompt_becomes_user_message():
     chat = to_chat("hello")
     assert [(m.role, m.content) for m in chat] == [("user", "hello")]
-
-
-def test_last_user_message_is_request():
-    chat = to_chat([{"role": "system", "content": "s"}, {"role": "user", "content": "a"},
-                    {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}])
-    assert request_text(chat) == "c"
 
 
 @pytest.mark.parametrize(

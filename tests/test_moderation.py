@@ -24,11 +24,13 @@ def _grounding(probs: dict[str, float]) -> Grounding:
 
 def test_parse_inputs():
     items = parse_inputs("hi")
-    assert [(i.request, i.response) for i in items] == [("hi", None)]
+    assert [([m.content for m in i.chat], i.response) for i in items] == [(["hi"], None)]
     convo = [{"role": "system", "content": "s"}, {"role": "user", "content": "q"},
              {"role": "assistant", "content": "a"}]
     items = parse_inputs(["t", convo, convo[:2]])
-    assert [(i.request, i.response) for i in items] == [("t", None), ("q", "a"), ("q", None)]
+    # A conversation is kept whole up to its answer: its request is the conversation.
+    assert [([m.content for m in i.chat], i.response) for i in items] == [
+        (["t"], None), (["s", "q"], "a"), (["s", "q"], None)]
     with pytest.raises(InputError, match=r"inputs\[1\]: no message has role 'user'"):
         parse_inputs(["ok", [{"role": "assistant", "content": "a"}]])
     with pytest.raises(InputError, match="nothing to moderate"):

@@ -52,6 +52,7 @@ def build_completion(model: str, o: BatchOutcome, key: GenKey, mode: Mode,
         llama_guard=d.llama_guard, predicates=r.grounding.probs, rules=dict(r.policy.probs),
         policy=r.policy.policy,
         grounding_model=r.grounding.model, input_truncated=r.grounding.truncated,
+        dropped_turns=list(r.grounding.dropped_turns),
         mode=mode, batch_size=o.batch_size,
         timings_s={**r.timings_s, **timings, "queue": o.queue_s},
     )

@@ -123,6 +123,10 @@ class ModerationInfo(BaseModel):
     policy: str
     grounding_model: str
     input_truncated: bool
+    dropped_turns: list[int] = Field(
+        default_factory=list, description="Turns of the conversation (indices into its "
+        "messages) left out of what the request predicates read, for the token budget "
+        "grounding.conversation_tokens.")
     timings_s: dict[str, float]
 
 
@@ -217,6 +221,7 @@ def _result(m: Moderation) -> ModerationResult:
         predicates={**m.grounding.probs, **m.mapped}, rules=dict(m.policy.probs),
         policy=m.policy.policy,
         grounding_model=m.grounding.model, input_truncated=m.grounding.truncated,
+        dropped_turns=list(m.grounding.dropped_turns),
         timings_s=dict(m.timings_s))
     return ModerationResult(
         flagged=m.flagged,

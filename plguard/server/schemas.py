@@ -185,6 +185,10 @@ class PlguardInfo(BaseModel):
     policy: str
     grounding_model: str
     input_truncated: bool
+    dropped_turns: list[int] = Field(
+        default_factory=list, description="Turns of the conversation (indices into its "
+        "messages) left out of what the request predicates read, for the token budget "
+        "grounding.conversation_tokens.")
     mode: Mode
     batch_size: int
     timings_s: dict[str, float]

@@ -78,8 +78,6 @@ def include_usage(body: ChatCompletionRequest) -> bool:
 async def stream_completion(request: Request, body: ChatCompletionRequest, chat: Chat,
                             key: GenKey) -> StreamingResponse:
     """The guarded stream of one chat completion (see the module docstring)."""
-    from plguard.streaming import GuardedStream
-
     state = request.app.state
     usage = include_usage(body)
     params = GenerationParams(max_new_tokens=key.max_new_tokens, temperature=key.temperature)
@@ -93,7 +91,7 @@ async def stream_completion(request: Request, body: ChatCompletionRequest, chat:
         except UpstreamError as exc:
             raise ApiError(502, str(exc), type="upstream_error", code=exc.code) from None
         mode = "upstream"
-    stream = GuardedStream(state.guard, chat, params, source=source)
+    stream = state.guard.stream(chat, params=params, source=source)
     events = _Events(stream, state.guard, chat, body.model, mode, usage)
     return StreamingResponse(events.sse(request.receive), media_type="text/event-stream",
                              headers=_HEADERS)

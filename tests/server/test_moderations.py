@@ -114,13 +114,16 @@ def test_conversation_grounds_the_answer(served):
     assert info["codes"] == list(checked.decision.categories)
     assert info["code_scores"] == pytest.approx(dict(checked.decision.category_scores))
     assert r.flagged == (checked.decision.action == "refuse")
-    # Ending with the user's turn, a conversation is a request: its last user message.
+    # Ending with the user's turn, a conversation is a request: the whole conversation,
+    # each request predicate at least what its last user message alone reads.
     asked = client.moderations.create(  # type: ignore[arg-type]
         input=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": HARMFUL}])
     info2 = _extra(asked.results[0])["plguard"]
     assert info2["scope"] == "request"
-    assert info2["predicates"] == pytest.approx(
-        _extra(client.moderations.create(input=HARMFUL).results[0])["plguard"]["predicates"])
+    alone = _extra(client.moderations.create(input=HARMFUL).results[0])["plguard"]["predicates"]
+    assert set(info2["predicates"]) == set(alone)
+    assert all(info2["predicates"][n] >= p - 1e-9 for n, p in alone.items())
+    assert info2["predicates"] != pytest.approx(alone)  # the system prompt was read too
 
 
 def test_a_list_longer_than_a_batch_is_judged_whole_and_in_order(served):
