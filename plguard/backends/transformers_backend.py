@@ -10,9 +10,6 @@ tokenising the joined string instead would give other ids and other probabilitie
 
 from __future__ import annotations
 
-import copy
-import math
-import os
 import threading
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -21,7 +18,18 @@ from plguard.backends._structured import SchemaConstraint
 from plguard.backends._text import TokenizerText
 from plguard.backends.base import Capabilities, StatedScores
 from plguard.backends.deltas import Deltas
+from plguard.backends.threads import apply_threads, serialise
 from plguard.backends.token_ids import request_ids
+from plguard.backends.torch_reference import ReferencePaths
+from plguard.backends.torch_states import (
+    Cancelled,
+    cpu_supports_bf16,
+    finite,
+    mean_states,
+    repeat_cache,
+    resolve_dtype,
+    states_at_last,
+)
 from plguard.errors import BackendError, ModelError
 from plguard.models import resolve_model_path
 from plguard.types import Chat, Generation, GenerationParams, TFRequest, TFScore
@@ -34,52 +42,12 @@ if TYPE_CHECKING:
 _ADVICE = "lower model.batch_size / grounding.batch_size or max_data_tokens, or use dtype float32"
 
 
-def cpu_supports_bf16() -> bool:
-    """Whether this CPU has native bf16 matmul (AMX or AVX512-BF16)."""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    return bool(flags & {"amx_bf16", "avx512_bf16"})
-    except OSError:
-        pass
-    return False
-
-
-def resolve_dtype(dtype: str, device: str) -> torch.dtype:
-    """Map a config dtype ('auto' included) to a torch dtype for ``device``."""
-    import torch
-
-    if dtype != "auto":
-        return {"float32": torch.float32, "bfloat16": torch.bfloat16,
-                "float16": torch.float16}[dtype]
-    if device.startswith("cuda"):
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return torch.bfloat16 if cpu_supports_bf16() else torch.float32
-
-
-def _set_threads() -> None:
-    # torch may count hyper-threads or the whole host rather than the cores this process
-    # may use; an explicit OMP_NUM_THREADS (the user's choice) is left alone.
-    import torch
-
-    if "OMP_NUM_THREADS" in os.environ:
-        return
-    try:
-        avail = len(os.sched_getaffinity(0))
-    except AttributeError:
-        avail = os.cpu_count() or 1
-    if torch.get_num_threads() > avail:
-        torch.set_num_threads(avail)
-
-
 # Most padded tokens in one batched forward of question-free pooled reads (about 0.1 GB of
 # activations per layer kept on the embedded model).
 POOL_BATCH_TOKENS = 4096
 
 
-class TransformersBackend(TokenizerText):
+class TransformersBackend(ReferencePaths, TokenizerText):
     """A Hugging Face causal LM that generates and scores True/False continuations."""
 
     supports_json_schema = True  # GenerationParams.json_schema constrains decoding (outlines-core)
@@ -88,7 +56,7 @@ class TransformersBackend(TokenizerText):
     def __init__(self, model: Any, tokenizer: Any, *, model_id: str,
                  max_context: int | None = None, batch_size: int = 8,
                  tf_batch_size: int | None = None) -> None:
-        self.model = model
+        self.model = serialise(model)  # one forward at a time in this process (threads.py)
         self.tokenizer = tokenizer
         self.model_id = model_id
         self.local_path: str | None = None  # the resolved model folder, when loaded from one
@@ -110,16 +78,18 @@ class TransformersBackend(TokenizerText):
     def from_config(cls, cfg: ModelConfig) -> TransformersBackend:
         """Load the model named by ``cfg`` (offline), in the configured dtype and device."""
         return cls.load(cfg.path, dtype=cfg.dtype, device=cfg.device,
-                        max_context=cfg.max_context, batch_size=cfg.batch_size)
+                        max_context=cfg.max_context, batch_size=cfg.batch_size,
+                        threads=cfg.threads)
 
     @classmethod
     def load(cls, path: str = "embedded", *, dtype: str = "auto", device: str = "auto",
-             max_context: int | None = None, batch_size: int = 8) -> TransformersBackend:
-        """Load a model folder, hub id or ``'embedded'``."""
+             max_context: int | None = None, batch_size: int = 8,
+             threads: int | None = None) -> TransformersBackend:
+        """Load a model folder, hub id or ``'embedded'``; ``threads``: see ModelConfig."""
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        _set_threads()
+        apply_threads(threads)
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         if device.startswith("cuda") and not torch.cuda.is_available():
@@ -224,7 +194,7 @@ class TransformersBackend(TokenizerText):
                                         skip_special_tokens=True)
         closed = threading.Event()  # the caller's event is the caller's: never set here
         kwargs.update(streamer=streamer,
-                      stopping_criteria=StoppingCriteriaList([_Cancelled(cancel, closed)]))
+                      stopping_criteria=StoppingCriteriaList([Cancelled(cancel, closed)]))
         failed: list[BaseException] = []
 
         def run() -> None:
@@ -379,10 +349,10 @@ class TransformersBackend(TokenizerText):
         # a tenth of the forward on a small model for nothing.
         pre = self.model(input_ids=torch.tensor([prefix], device=self.device), use_cache=True,
                          logits_to_keep=1, output_hidden_states=want)
-        pre_state = _states_at_last(pre.hidden_states, layers)[0] if want else None
+        pre_state = states_at_last(pre.hidden_states, layers)[0] if want else None
         marks = (self._mark_states(req, prefix, truncated, pre.hidden_states, layers)
                  if want and req.marks else None)
-        pool = (_mean_states(pre.hidden_states, self._pool_positions(req, len(prefix),
+        pool = (mean_states(pre.hidden_states, self._pool_positions(req, len(prefix),
                                                                       truncated), layers)
                 if want and req.pool is not None else None)
         base_cache = pre.past_key_values
@@ -410,11 +380,11 @@ class TransformersBackend(TokenizerText):
             out = self.model(input_ids=ids.to(self.device),
                              attention_mask=mask.to(self.device),
                              position_ids=pos.to(self.device),
-                             past_key_values=_repeat_cache(base_cache, k),
+                             past_key_values=repeat_cache(base_cache, k),
                              use_cache=True, logits_to_keep=1, output_hidden_states=want)
             scores.extend(self._tf_from_logits(out.logits[:, -1], truncated, ids_tf))
             if want:
-                answer_states.append(_states_at_last(out.hidden_states, layers))
+                answer_states.append(states_at_last(out.hidden_states, layers))
         return StatedScores(scores, np.concatenate(answer_states) if answer_states else None,
                             pre_state, marks, pool)
 
@@ -477,49 +447,7 @@ class TransformersBackend(TokenizerText):
             ids = ids[:room // 2] + ids[len(ids) - (room - room // 2):]
         res = self.model(input_ids=torch.tensor([ids], device=self.device), logits_to_keep=1,
                          output_hidden_states=True)
-        return _states_at_last(res.hidden_states, layers)[0]
-
-    def true_false_logprobs_naive(self, requests: Sequence[TFRequest]
-                                  ) -> list[list[TFScore]]:
-        """Reference path: one full forward per question, over the same token ids."""
-        import torch
-
-        with torch.inference_mode():
-            out = []
-            for req in requests:
-                prefix, suffixes, truncated = self.request_ids(req)
-                ids_tf = self.answer_ids(req.answers)
-                out.append([self._score_ids(prefix + s, truncated, ids_tf).scores[0]
-                            for s in suffixes])
-        return out
-
-    def true_false_states_naive(self, requests: Sequence[TFRequest], layers: Sequence[int]
-                                ) -> list[StatedScores]:
-        """Reference path of :meth:`true_false_states`: one full forward per sequence."""
-        import numpy as np
-        import torch
-
-        lay = tuple(layers)
-        out = []
-        with torch.inference_mode():
-            for req in requests:
-                prefix, suffixes, truncated = self.request_ids(req)
-                ids_tf = self.answer_ids(req.answers)
-                rows = [self._score_ids(prefix + s, truncated, ids_tf, lay) for s in suffixes]
-                pre = self._score_ids(prefix, truncated, ids_tf, lay) if prefix else None
-                marks = (np.stack([self._last_states(self._mark_ids(req, m), lay)
-                                   for m in req.marks]) if lay and req.marks else None)
-                pool = None
-                if lay and req.pool is not None and prefix:
-                    res = self.model(input_ids=torch.tensor([prefix], device=self.device),
-                                     logits_to_keep=1, output_hidden_states=True)
-                    pool = _mean_states(res.hidden_states,
-                                        self._pool_positions(req, len(prefix), truncated), lay)
-                out.append(StatedScores(
-                    [r.scores[0] for r in rows],
-                    np.concatenate([r.answer_states for r in rows]) if rows else None,
-                    pre.answer_states[0] if pre is not None else None, marks, pool))
-        return out
+        return states_at_last(res.hidden_states, layers)[0]
 
     def _score_ids(self, ids: list[int], truncated: bool,
                    ids_tf: tuple[tuple[int, ...], tuple[int, ...]],
@@ -529,7 +457,7 @@ class TransformersBackend(TokenizerText):
         res = self.model(input_ids=torch.tensor([ids], device=self.device), logits_to_keep=1,
                          output_hidden_states=bool(layers))
         return StatedScores(self._tf_from_logits(res.logits[:, -1], truncated, ids_tf),
-                            _states_at_last(res.hidden_states, layers) if layers else None,
+                            states_at_last(res.hidden_states, layers) if layers else None,
                             None)
 
     def _tf_from_logits(self, logits: torch.Tensor, truncated: bool,
@@ -539,64 +467,8 @@ class TransformersBackend(TokenizerText):
         lp = torch.log_softmax(logits.float(), dim=-1)
         lt = torch.logsumexp(lp[:, list(ids_tf[0])], dim=-1).tolist()
         lf = torch.logsumexp(lp[:, list(ids_tf[1])], dim=-1).tolist()
-        return [TFScore(logprob_true=_finite(a), logprob_false=_finite(b), truncated=truncated)
+        return [TFScore(logprob_true=finite(a), logprob_false=finite(b), truncated=truncated)
                 for a, b in zip(lt, lf, strict=True)]
-
-
-class _Cancelled:
-    """A stopping criterion: stop every row once either event is set."""
-
-    def __init__(self, *events: threading.Event) -> None:
-        self.events = events
-
-    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
-        import torch
-
-        stop = any(e.is_set() for e in self.events)
-        return torch.full((input_ids.shape[0],), stop, dtype=torch.bool,
-                          device=input_ids.device)
-
-
-def _mean_states(hidden: Any, positions: list[int], layers: tuple[int, ...]) -> Any:
-    """``[n_layers, d]`` float32: the mean state over ``positions`` of batch row 0."""
-    import torch
-
-    at = torch.tensor(positions, device=hidden[0].device)
-    return torch.stack([hidden[i][0, at].float().mean(0) for i in layers]).cpu().numpy()
-
-
-def _states_at_last(hidden: Any, layers: tuple[int, ...]) -> Any:
-    """``[batch, len(layers), d]`` float32 numpy: each row's last-token state per layer."""
-    import torch
-
-    return torch.stack([hidden[i][:, -1] for i in layers], dim=1).float().cpu().numpy()
-
-
-def _repeat_cache(cache: Any, k: int) -> Any:
-    """A batch-``k`` copy of a batch-1 KV cache, leaving ``cache`` reusable.
-
-    Plain dynamic layers get broadcast views: the forward's own concatenation writes the
-    k copies once, instead of a repeat writing them and the concatenation again.
-    """
-    layers = getattr(cache, "layers", None)
-    if layers and all(type(layer).__name__ == "DynamicLayer" for layer in layers):
-        out = copy.copy(cache)
-        out.layers = []
-        for layer in layers:
-            view = copy.copy(layer)
-            view.keys = layer.keys.expand(k, -1, -1, -1)
-            view.values = layer.values.expand(k, -1, -1, -1)
-            out.layers.append(view)
-        return out
-    out = copy.deepcopy(cache)
-    out.batch_repeat_interleave(k)
-    return out
-
-
-def _finite(x: float) -> float:
-    # -inf would poison renormalisation and JSON traces; the floor is far below any real
-    # log-probability.
-    return x if math.isfinite(x) else -1e4
 
 
 __all__ = ["TransformersBackend", "cpu_supports_bf16", "resolve_dtype"]
