@@ -45,7 +45,6 @@ import math
 import secrets
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from plguard.backends._text import TokenizerText
@@ -53,8 +52,18 @@ from plguard.backends.base import Capabilities
 from plguard.backends.deltas import Deltas
 from plguard.backends.logprobs import finite, logsumexp
 from plguard.backends.openai_client import OpenAIClient, RemoteStatusError, Reply, usage_of
+from plguard.backends.openai_replies import (
+    Unsupported,
+    choice_at,
+    choose_model,
+    context_of,
+    echo_lp,
+    merge_spellings,
+    reading,
+    token_lp,
+)
 from plguard.backends.token_ids import request_ids
-from plguard.errors import BackendDeadError, BackendError, ConfigError, ModelError, did_you_mean
+from plguard.errors import BackendDeadError, BackendError, ConfigError, ModelError
 from plguard.models import resolve_model_path
 from plguard.types import ROLES, Chat, Generation, GenerationParams, TFRequest, TFScore
 
@@ -62,13 +71,8 @@ if TYPE_CHECKING:
     from plguard.config import ModelConfig
 
 _PROBE_CHAT = "Is the sky blue on a clear day? Answer True or False."
-_FALLBACK_CONTEXT = 2048
 # Words of a 400 that refuses the schema itself rather than the request.
 _SCHEMA_WORDS = ("response_format", "json_schema", "structured_outputs", "guided_json")
-
-
-class Unsupported(BackendError):
-    """The server answered, but not in a shape that this grounding path can read."""
 
 
 class OpenAIBackend(TokenizerText):
@@ -133,7 +137,7 @@ class OpenAIBackend(TokenizerText):
             raise ConfigError(f"{client.base_url}/models answered {exc.status}: "
                               f"{exc.detail}{hint}") from None
         entries = [m for m in (listed.get("data") or []) if isinstance(m, dict)]
-        served = _choose_model(cfg.served_model, entries, client.base_url)
+        served = choose_model(cfg.served_model, entries, client.base_url)
         entry = next((m for m in entries if m.get("id") == served), {})
         local = resolve_model_path(cfg.path)
         try:
@@ -144,7 +148,7 @@ class OpenAIBackend(TokenizerText):
             raise ModelError(f"cannot load the tokenizer of '{cfg.path}' from {local} (the "
                              "openai backend renders prompts with the served model's "
                              f"tokenizer): {type(exc).__name__}: {exc}") from exc
-        max_context = cfg.max_context or _context_of(client, entry, tok)
+        max_context = cfg.max_context or context_of(client, entry, tok)
         backend = cls(client, tok, served_model=served, path=cfg.path,
                       max_context=max_context, top_logprobs=cfg.top_logprobs,
                       models=listed.get("data"), logprobs_mode=cfg.logprobs_mode)
@@ -270,13 +274,13 @@ class OpenAIBackend(TokenizerText):
             if len(ids) > limit:
                 reply, constrained = self._post_schema(
                     "/completions", {**base, "prompt": ids[-limit:]}, schema)
-                with _reading(reply, "choices[0].text"):
+                with reading(reply, "choices[0].text"):
                     text = reply.body["choices"][0]["text"]
             else:
                 msgs = [{"role": m.role, "content": m.content} for m in chat]
                 reply, constrained = self._post_schema(
                     "/chat/completions", {**base, "messages": msgs}, schema)
-                with _reading(reply, "choices[0].message.content"):
+                with reading(reply, "choices[0].message.content"):
                     text = reply.body["choices"][0]["message"]["content"]
             text = (text or "").strip()
             return Generation(text=text, n_prompt_tokens=min(len(ids), limit),
@@ -386,17 +390,17 @@ class OpenAIBackend(TokenizerText):
                 "model": self.served_model, "prompt": [prefix + s for s in suffixes],
                 "max_tokens": 1, "temperature": 0.0, "logprobs": len(ids),
                 "logprob_token_ids": ids, "return_tokens_as_token_ids": True})
-            with _reading(reply, "choices[].logprobs.top_logprobs[0]"):
-                tops = [_choice(reply.body, i)["logprobs"]["top_logprobs"][0]
+            with reading(reply, "choices[].logprobs.top_logprobs[0]"):
+                tops = [choice_at(reply.body, i)["logprobs"]["top_logprobs"][0]
                         for i in range(len(suffixes))]
-                lps = [[_token_lp(top, t) for t in ids] for top in tops]
+                lps = [[token_lp(top, t) for t in ids] for top in tops]
         else:  # echo: each spelling appended, read back as a prompt log-probability
             prompts = [prefix + s + [t] for s in suffixes for t in ids]
             reply = self.client.post("/completions", {
                 "model": self.served_model, "prompt": prompts, "max_tokens": 0,
                 "echo": True, "logprobs": 0, "temperature": 0.0})
-            with _reading(reply, "choices[].logprobs.token_logprobs"):
-                vals = [_echo_lp(_choice(reply.body, i), len(p))
+            with reading(reply, "choices[].logprobs.token_logprobs"):
+                vals = [echo_lp(choice_at(reply.body, i), len(p))
                         for i, p in enumerate(prompts)]
             lps = [vals[k * len(ids):(k + 1) * len(ids)] for k in range(len(suffixes))]
         nt = len(self.true_ids)
@@ -415,7 +419,7 @@ class OpenAIBackend(TokenizerText):
             else:
                 msgs.pop()
         reply = self.client.post("/chat/completions", {**body, "messages": msgs})
-        with _reading(reply, "choices[0].logprobs.content[0]"):
+        with reading(reply, "choices[0].logprobs.content[0]"):
             first = reply.body["choices"][0]["logprobs"]["content"][0]
         tops = first.get("top_logprobs") if isinstance(first, dict) else None
         if not tops:
@@ -434,7 +438,7 @@ class OpenAIBackend(TokenizerText):
         reply = self.client.post("/completions", {
             "model": self.served_model, "prompt": text, "max_tokens": 1,
             "temperature": 0.0, "logprobs": self.top_logprobs})
-        with _reading(reply, "choices[0].logprobs.top_logprobs[0]"):
+        with reading(reply, "choices[0].logprobs.top_logprobs[0]"):
             top = reply.body["choices"][0]["logprobs"]["top_logprobs"][0]
             seen = {str(k): float(v) for k, v in top.items()}
         if not seen:
@@ -443,8 +447,8 @@ class OpenAIBackend(TokenizerText):
 
     def _topk_score(self, seen: dict[str, float]) -> TFScore:
         floor = min(seen.values())
-        lt, bt = _merge(seen, self._spell_true, floor)
-        lf, bf = _merge(seen, self._spell_false, floor)
+        lt, bt = merge_spellings(seen, self._spell_true, floor)
+        lf, bf = merge_spellings(seen, self._spell_false, floor)
         return TFScore(finite(lt), finite(lf), bound=bt or bf)
 
     # -- identity ----------------------------------------------------------------------
@@ -466,69 +470,6 @@ def _user(text: str) -> Any:
     from plguard.types import Message
 
     return Message("user", text)
-
-
-def _choose_model(wanted: str | None, entries: list[dict[str, Any]], url: str) -> str:
-    ids = [str(m.get("id")) for m in entries if m.get("id")]
-    if wanted:
-        if ids and wanted not in ids:
-            raise ConfigError(f"the server at {url} does not serve '{wanted}'"
-                              f"{did_you_mean(wanted, ids)}; it serves: {', '.join(ids)}")
-        return wanted
-    if len(ids) == 1:
-        return ids[0]
-    raise ConfigError(f"the server at {url} serves {len(ids)} models "
-                      f"({', '.join(ids) or 'none listed'}); name one in model.served_model")
-
-
-def _context_of(client: OpenAIClient, entry: dict[str, Any], tok: Any) -> int:
-    if isinstance(entry.get("max_model_len"), int):  # vLLM
-        return int(entry["max_model_len"])
-    try:  # llama.cpp's server: the context it was started with
-        props = client.get("/props", root=True).body
-        return int(props["default_generation_settings"]["n_ctx"])
-    except (BackendError, KeyError, TypeError, ValueError):
-        pass
-    n = getattr(tok, "model_max_length", None)
-    return int(n) if isinstance(n, int) and 0 < n < 1_000_000 else _FALLBACK_CONTEXT
-
-
-@contextmanager
-def _reading(reply: Reply, what: str) -> Iterator[None]:
-    """Turn a missing or mistyped field of ``reply`` into one clear error."""
-    try:
-        yield
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
-        raise Unsupported(f"the server's answer has no {what}: "
-                          f"{str(reply.body)[:200]}") from None
-
-
-def _choice(body: Any, i: int) -> Any:
-    for ch in body["choices"]:
-        if ch.get("index", -1) == i:
-            return ch
-    return body["choices"][i]
-
-
-def _token_lp(top: dict[str, Any], token: int) -> float:
-    v = top.get(f"token_id:{token}")
-    if not isinstance(v, int | float):
-        raise Unsupported(f"no log-probability for token {token} (logprob_token_ids ignored)")
-    return float(v)
-
-
-def _echo_lp(choice: Any, n: int) -> float:
-    lps = choice["logprobs"]["token_logprobs"]
-    if len(lps) < n or not isinstance(lps[n - 1], int | float):
-        raise Unsupported("echo returned no prompt log-probabilities")
-    return float(lps[n - 1])
-
-
-def _merge(seen: dict[str, float], spellings: Sequence[str], floor: float) -> tuple[float, bool]:
-    found = [seen[s] for s in spellings if s in seen]
-    if found:
-        return logsumexp(found), False
-    return floor, True  # every spelling is below the top-k: at most the smallest shown
 
 
 __all__ = ["OpenAIBackend", "Unsupported"]
