@@ -258,6 +258,19 @@ class StreamConfig(_Strict):
         "release nothing before the final check. 0.15: at 0.5 and 0.3 the first lines of a "
         "ransomware snippet (tests/data/unseen, h15) were released before the refusal; "
         "holding more costs a benign stream smoothness (docs/quality.md), never its text.")
+    token_check: bool = Field(
+        True, description="Between windows, score the newest tokens with the grounder's "
+        "answer-alone content heads from one incremental forward (plguard.token_check) and "
+        "release text token_lag tokens behind that score while every unsafe and content "
+        "rule stays under hold_fraction of its threshold; windows and the final check still "
+        "judge everything. Needs heads that read answers alone and a backend with hidden "
+        "states (transformers); otherwise text is released window by window.")
+    token_lag: int = Field(32, ge=1, description="The token check runs once this many new "
+                           "tokens have arrived and releases text up to this many tokens "
+                           "before the newest one it read: the newest text is never sent "
+                           "before what follows it has been read. Each run is one forward of "
+                           "the grounding model, with a fixed cost per forward, so a smaller "
+                           "lag is smoother and costs more (docs/benchmarks.md).")
     mode: Literal["buffered", "audit"] = Field(
         "buffered", description="buffered: text is released only after its window is "
         "allowed (nothing unchecked ever leaves). audit: text is sent as it is generated and "

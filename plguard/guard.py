@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -20,10 +20,12 @@ from plguard.judging import (
     SubClock,
     Usage,
     decision,
+    gate,
     is_time_key,
     judge,
 )
 from plguard.messages import check_response, to_chat
+from plguard.policy.bounds import MAX_FREE_PREDICATES
 from plguard.repair import repair_chat, repeats_instructions
 from plguard.types import (
     Assessment,
@@ -45,6 +47,7 @@ if TYPE_CHECKING:
     from plguard.moderation import Moderation
     from plguard.policy import Policy
     from plguard.streaming import DraftSource, GuardedStream, StreamEvent, StreamMode
+    from plguard.token_check import TokenMeter
 
 T = TypeVar("T")
 
@@ -168,6 +171,28 @@ class Guard:
         """
         return read_conversation(to_chat(messages), self.grounder_backend.count_tokens,
                                  self.config.grounding.conversation_tokens)
+
+    def token_meter(self) -> TokenMeter | None:
+        """A per-token content meter for one stream (plguard.token_check), or None.
+
+        None when ``stream.token_check`` is off, the grounding backend has no hidden
+        states, no response predicate has an answer-alone head, or the other response
+        predicates are too many to bound.
+        """
+        from plguard.token_check import TokenMeter, metered
+
+        response = [p.name for p in self.policy.predicates if p.scope == "response"]
+        names = metered(self.grounder.heads, response)
+        if (not self.config.stream.token_check or not names
+                or not self.grounder_backend.capabilities.hidden_states
+                or len(response) - len(names) > MAX_FREE_PREDICATES
+                or self.grounder.heads is None):
+            return None
+        return TokenMeter(self.grounder_backend, self.grounder.heads, names)
+
+    def gate(self, request: Grounding, scores: Mapping[str, float]) -> Assessment:
+        """The token check's decision (:func:`plguard.judging.gate`): nothing generated."""
+        return gate(self.judge, request, scores)
 
     # Public API ----------------------------------------------------------------------
     def chat(self, messages: Any) -> GuardResult:

@@ -205,6 +205,26 @@ def _reason(j: Judge, gs: Sequence[Grounding], bound: Bound) -> list[PolicyResul
     return [PolicyResult(j.policy.id, best_case(j.policy, g)) for g in gs]
 
 
+def gate(j: Judge, request: Grounding, scores: Mapping[str, float]) -> Assessment:
+    """A stream's token check: may text go out ahead of its window? (plguard.token_check).
+
+    ``request``: the request's grounding (its request-scope scores); ``scores``: response
+    predicates read on the newest tokens. Every unsafe and unsafe-content rule is taken at
+    its highest value over the other response predicates (every true/false setting), and
+    decided as an answer; over-refusal is not judged here (it needs the whole answer).
+    """
+    policy = j.policy
+    probs = {**request.probs, **scores}
+    names = [n for n in policy.predicate_names if n in probs]
+    free = [n for n in free_predicates(policy) if n not in scores]
+    rules = [q for q in policy.queries if q == UNSAFE or rule_kind(q) in ("unsafe", "content")]
+    high = bounds(policy, np.array([[probs[n] for n in names]]), names, rules, free=free).high
+    result = PolicyResult(policy.id, {q: 0.0 for q in policy.queries}
+                          | {q: float(high[q][0]) for q in rules})
+    return Assessment(grounding=request, policy=result,
+                      decision=decision(j, result, request, "answer"))
+
+
 def check_request_side(policy: Policy) -> None:
     """InputError unless ``policy`` can judge a request with no answer."""
     if not any(p.scope == "request" for p in policy.predicates):
@@ -273,5 +293,5 @@ def mapped_probs(probs: Mapping[str, float], maps: Mapping[str, tuple[float, flo
 
 
 __all__ = ["BOUNDS", "USAGE_KEYS", "Bound", "Clock", "Judge", "Request", "SubClock", "Usage",
-           "best_case", "check_request_side", "decision", "ground", "is_time_key", "judge",
+           "best_case", "check_request_side", "decision", "gate", "ground", "is_time_key", "judge",
            "mapped_probs", "worst_case"]

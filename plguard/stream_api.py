@@ -8,8 +8,9 @@ module does not import the Guard (which imports it for ``Guard.stream``).
 
 from __future__ import annotations
 
+import asyncio
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -21,6 +22,7 @@ from plguard.types import (
     Assessment,
     Decision,
     GenerationParams,
+    Grounding,
     GuardResult,
     PolicyResult,
     Repair,
@@ -29,6 +31,7 @@ from plguard.types import (
 if TYPE_CHECKING:
     from plguard.config import GuardConfig, Thresholds
     from plguard.policy import Policy
+    from plguard.token_check import TokenMeter
 
 StreamMode = Literal["buffered", "audit"]
 FinishReason = Literal["stop", "length", "content_filter"]
@@ -107,11 +110,65 @@ class StreamGuard(Protocol):
         """The chat as its request predicates read it (plguard.conversation)."""
         ...
 
+    def token_meter(self) -> TokenMeter | None:
+        """A per-token content meter for one stream, or None (plguard.token_check)."""
+        ...
+
+    def gate(self, request: Grounding, scores: Mapping[str, float]) -> Assessment:
+        """The token check's decision (plguard.judging.gate)."""
+        ...
+
     def repair(self, request: Request, answer: str, decision: Decision, result: PolicyResult,
                params: GenerationParams | None = None) -> Repair:
         """The repair loop on one answer that was not allowed."""
         ...
 
 
-__all__ = ["DraftSource", "FinishReason", "StreamChunk", "StreamEnd", "StreamEvent",
-           "StreamGuard", "StreamMode"]
+
+class OpenStream(Protocol):
+    """A stream being consumed: its events, and a thread-safe cancel (GuardedStream)."""
+
+    def __iter__(self) -> Iterator[StreamEvent]: ...  # noqa: D105
+
+    def cancel(self) -> None:
+        """Stop generating and end the stream at its next step."""
+        ...
+
+
+async def astream(stream: OpenStream) -> AsyncGenerator[StreamEvent, None]:
+    """``stream``'s events for asyncio: the sync machinery runs in a thread.
+
+    Leaving early (``aclose``, a cancelled task, a client that disconnects) cancels the
+    stream and so the generation.
+    """
+    loop = asyncio.get_running_loop()
+    out: asyncio.Queue[StreamEvent | BaseException | None] = asyncio.Queue()
+
+    def put(item: StreamEvent | BaseException | None) -> None:
+        try:
+            loop.call_soon_threadsafe(out.put_nowait, item)
+        except RuntimeError:  # the loop is closed: nobody is listening any more
+            stream.cancel()
+
+    def run() -> None:
+        try:
+            for event in stream:
+                put(event)
+        except BaseException as exc:  # handed to the awaiting side
+            put(exc)
+        finally:
+            put(None)
+
+    worker = threading.Thread(target=run, daemon=True, name="plguard-stream")
+    worker.start()
+    try:
+        while (item := await out.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stream.cancel()
+
+
+__all__ = ["DraftSource", "FinishReason", "OpenStream", "StreamChunk", "StreamEnd",
+           "StreamEvent", "StreamGuard", "StreamMode", "astream"]

@@ -29,6 +29,10 @@ How a stream is guarded (mode ``buffered``, the default):
    more) releases nothing more: the rest waits for the final check. A refusal cancels
    generation at once and the stream ends with the refusal, or with the ordinary repair
    when nothing was released yet.
+   Between windows, the token check (:mod:`plguard.token_check`, ``stream.token_check``)
+   scores the content heads on the newest tokens every ``stream.token_lag`` tokens and
+   releases text that many tokens behind them while ``Guard.gate`` finds every unsafe and
+   content rule clearly below its threshold; once it is not, only windows release.
 3. At the end the whole draft gets the ordinary decision (``Guard.check``'s grounding and
    decision code) before its held-back tail is released, so a stream refuses every draft the
    non-streaming guard refuses; a rewrite (over-refusal) is repaired when nothing was
@@ -47,12 +51,11 @@ start to the first text sent).
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import queue
 import threading
 import time
-from collections.abc import AsyncGenerator, Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, replace
@@ -67,6 +70,7 @@ from plguard.stream_api import (
     StreamEvent,
     StreamGuard,
     StreamMode,
+    astream,
 )
 from plguard.stream_cuts import SPACES as _SPACES
 from plguard.stream_cuts import window_end, word_start_before
@@ -81,7 +85,7 @@ from plguard.types import (
 )
 
 if TYPE_CHECKING:
-    pass
+    from plguard.token_check import TokenMeter
 
 T = TypeVar("T")
 _POLL_S = 0.01  # how often the hold-back loop looks at a pending request check
@@ -127,6 +131,12 @@ class GuardedStream:
         self.win_start = 0  # where the next window starts (overlap included)
         self.windows = 0
         self.hold = False  # release nothing more before the final check (see _windows)
+        # The token check (plguard.token_check): built lazily in the guard worker, None
+        # once it is off, stopped or has held (the windows then release alone).
+        self.meter: TokenMeter | None = None
+        self.metering = self.mode == "buffered" and guard.config.stream.token_check
+        self.req_grounding: Grounding | None = None
+        self._metered_at = 0  # the draft's token count at the last token check
         self.timings: dict[str, float] = {}
         self.t0 = 0.0
         self._events: Generator[StreamEvent, None, None] | None = None
@@ -204,6 +214,7 @@ class GuardedStream:
         be refused.
         """
         a = self.guard.assess([(self.req, "")], bound="best")[0]
+        self.req_grounding = a.grounding
         if a.decision.action != "refuse":
             return None
         d = a.decision
@@ -257,6 +268,7 @@ class GuardedStream:
                         return
                     if done:
                         break
+                    yield from self._token_release()
                 kind, value = self._next(verdict_known)
                 if self._cancel.is_set():
                     raise _Failed("the stream was cancelled")
@@ -315,6 +327,48 @@ class GuardedStream:
             if not self.hold:
                 yield from self._release(held)
         return None
+
+    def _token_release(self) -> Iterator[StreamEvent]:
+        """Release text ``token_lag`` tokens behind the token check (plguard.token_check).
+
+        Run once ``token_lag`` new tokens have arrived since the last run: one
+        incremental forward reads them (a forward has a fixed cost, measured in
+        docs/benchmarks.md, so fewer, larger steps cost less). A score near a threshold
+        stops it for the rest of the stream: the windows and the final check decide from
+        there.
+        """
+        if not self.metering or self.hold or self.req_grounding is None:
+            return
+        n = self._count(self.text)
+        if n - self._metered_at < max(1, self.cfg.token_lag):
+            return
+        self._metered_at = n
+        scores = self._step("token_check", self._meter_scores)
+        if scores is None:
+            self.metering = False
+            return
+        a = self.guard.gate(self.req_grounding, scores)
+        if a.decision.action == "refuse" or self._doubtful(a.decision):
+            self.metering = False
+            self.timings["stream.token_held_at_tokens"] = float(self._count(self.text))
+            return
+        start = len(self.sent)
+        cut = word_start_before(self.text, self._count, start, len(self.text),
+                                self.cfg.token_lag)
+        if cut > start:
+            yield from self._release(cut)
+
+    def _meter_scores(self) -> dict[str, float] | None:
+        if self.meter is None:
+            self.meter = self.guard.token_meter()
+            if self.meter is None:
+                return None
+        t0 = time.perf_counter()
+        scores = self.meter.update(self.text)
+        self.timings["stream.token_check_s"] = (self.timings.get("stream.token_check_s", 0.0)
+                                                + time.perf_counter() - t0)
+        self.timings["stream.token_check_tokens"] = float(self.meter.tokens_forwarded)
+        return scores
 
     def _doubtful(self, d: Decision) -> bool:
         """Whether an allowed window is near a refusal (``stream.hold_fraction``)."""
@@ -427,41 +481,6 @@ class GuardedStream:
 def _add_times(into: dict[str, float], spent: Mapping[str, float]) -> None:
     for k, v in spent.items():
         into[k] = into.get(k, 0.0) + v
-
-
-async def astream(stream: GuardedStream) -> AsyncGenerator[StreamEvent, None]:
-    """``stream``'s events for asyncio: the sync machinery runs in a thread.
-
-    Leaving early (``aclose``, a cancelled task, a client that disconnects) cancels the
-    stream and so the generation.
-    """
-    loop = asyncio.get_running_loop()
-    out: asyncio.Queue[StreamEvent | BaseException | None] = asyncio.Queue()
-
-    def put(item: StreamEvent | BaseException | None) -> None:
-        try:
-            loop.call_soon_threadsafe(out.put_nowait, item)
-        except RuntimeError:  # the loop is closed: nobody is listening any more
-            stream.cancel()
-
-    def run() -> None:
-        try:
-            for event in stream:
-                put(event)
-        except BaseException as exc:  # handed to the awaiting side
-            put(exc)
-        finally:
-            put(None)
-
-    worker = threading.Thread(target=run, daemon=True, name="plguard-stream")
-    worker.start()
-    try:
-        while (item := await out.get()) is not None:
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        stream.cancel()
 
 
 __all__ = ["DraftSource", "FinishReason", "GuardedStream", "StreamChunk", "StreamEnd",

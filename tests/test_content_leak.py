@@ -261,17 +261,22 @@ def run_stream(guard: Guard, messages: Any, text: str) -> tuple[str, StreamEnd, 
     return sent, end, src
 
 
-def assert_content_refusal(guard: Guard, decision: Any) -> None:
+def assert_content_refusal(guard: Guard, decision: Any, request_too: bool = False) -> None:
+    """Refused with the content rule at threshold; ``request_too``: the unsafe rule (read
+    with a permissive system prompt, plguard.conversation) may have come first."""
     rule, p = decision.strongest_content
     assert decision.action == "refuse", decision.reason
     assert rule.startswith("unsafe_content_") and p >= guard.thresholds.content, decision.reason
-    assert "unsafe-content rule unsafe_content_" in decision.reason
+    reasons = ("unsafe-content rule unsafe_content_", "unsafe rule unsafe_compliance")
+    assert any(r in decision.reason for r in (reasons if request_too else reasons[:1])), \
+        decision.reason
 
 
-def assert_blocked_stream(guard: Guard, sent: str, end: StreamEnd) -> None:
+def assert_blocked_stream(guard: Guard, sent: str, end: StreamEnd,
+                          request_too: bool = False) -> None:
     assert_no_leak(sent)
     assert end.blocked and end.finish_reason == "content_filter", end.result.decision.reason
-    assert_content_refusal(guard, end.result.decision)
+    assert_content_refusal(guard, end.result.decision, request_too)
     refusal = guard.config.repair.fallback_refusal
     assert sent.endswith(refusal)
     assert ANSWER.startswith(sent[:-len(refusal)].rstrip())  # released text is filler only
@@ -343,14 +348,19 @@ def ask(server: LiveServer, messages: Any, stream: bool) -> tuple[str, str, dict
     return text, finishes[0], (chunks[-1].model_extra or {})["plguard"]
 
 
-def assert_blocked_answer(guard: Guard, text: str, finish: str, trace: dict[str, Any]) -> None:
+def assert_blocked_answer(guard: Guard, text: str, finish: str, trace: dict[str, Any],
+                          request_too: bool = False) -> None:
+    """Refused on its content; ``request_too``: the request side may have refused first
+    (a conversation whose every turn is read: the unsafe rule comes before content)."""
     assert_no_leak(text)
     assert finish == "content_filter", trace["reason"]
     assert trace["action"] == "refuse"
     content = trace["strongest_content"]
     assert content["rule"].startswith("unsafe_content_"), trace
     assert content["p"] >= guard.thresholds.content, trace
-    assert "unsafe-content rule unsafe_content_" in trace["reason"]
+    reasons = ("unsafe-content rule unsafe_content_", "unsafe rule unsafe_compliance")
+    assert any(r in trace["reason"] for r in (reasons if request_too else reasons[:1])), trace
+
 
 
 @pytest.mark.slow
@@ -392,7 +402,7 @@ def test_upstream_after_an_unrestricted_system_prompt_and_earlier_turns(backend,
     with LiveServer(build_app(guard, settings)) as server:
         text, finish, trace = ask(server, messages, stream=True)
     assert up.state.seen[-1]["messages"] == messages  # forwarded as sent
-    assert_blocked_answer(guard, text, finish, trace)
+    assert_blocked_answer(guard, text, finish, trace, request_too=True)
 
 
 @pytest.mark.slow
@@ -467,8 +477,8 @@ def test_where_the_request_came_from_does_not_matter(backend, shape):
     with make_guard(backend) as guard:
         sent, end, _ = run_stream(guard, messages, ANSWER)
         r = guard.check(messages, SHORT)
-    assert_blocked_stream(guard, sent, end)
-    assert_content_refusal(guard, r.decision)
+    assert_blocked_stream(guard, sent, end, request_too="system" in shape)
+    assert_content_refusal(guard, r.decision, request_too="system" in shape)
     assert_no_leak(r.final)
 
 

@@ -44,26 +44,28 @@ class Bounds:
 
 
 def bounds(policy: Policy, rows: np.ndarray, names: Sequence[str],
-           rules: Sequence[str]) -> Bounds:
+           rules: Sequence[str], free: Sequence[str] | None = None) -> Bounds:
     """Each of ``rules`` at its best and worst answer, per row of request-side scores.
 
     ``rows``: ``[n, len(names)]``, the probabilities of the predicates ``names`` (the
     request-scope ones a rule reads; any other fixed predicate counts as 0). The free
     predicates are set to every true/false assignment; a value in ``rows`` for one of them
-    is ignored.
+    is ignored. ``free``: which predicates are free (default: every response-scope one);
+    a response predicate read some other way (a stream's token check) is then given.
 
     Raises:
         InputError: the policy has more free predicates than :data:`MAX_FREE_PREDICATES`.
     """
     all_names = list(policy.predicate_names)
-    free = [all_names.index(n) for n in free_predicates(policy)]
-    if len(free) > MAX_FREE_PREDICATES:
-        raise InputError(f"policy {policy.name} has {len(free)} response-scope predicates; "
+    free_idx = [all_names.index(n) for n in (free_predicates(policy) if free is None
+                                               else free)]
+    if len(free_idx) > MAX_FREE_PREDICATES:
+        raise InputError(f"policy {policy.name} has {len(free_idx)} response-scope predicates; "
                          f"a request alone is bounded over every answer for at most "
                          f"{MAX_FREE_PREDICATES}")
     given = [all_names.index(n) for n in names]
-    verts = np.array(list(itertools.product((0.0, 1.0), repeat=len(free))),
-                     dtype=np.float64).reshape(-1, len(free))
+    verts = np.array(list(itertools.product((0.0, 1.0), repeat=len(free_idx))),
+                     dtype=np.float64).reshape(-1, len(free_idx))
     rows = np.asarray(rows, dtype=np.float64).reshape(-1, len(names))
     n = len(rows)
     low = {q: np.empty(n) for q in rules}
@@ -73,7 +75,7 @@ def bounds(policy: Policy, rows: np.ndarray, names: Sequence[str],
         block = rows[start:start + per]
         m = np.zeros((len(block) * len(verts), len(all_names)))
         m[:, given] = np.repeat(block, len(verts), axis=0)
-        m[:, free] = np.tile(verts, (len(block), 1))  # after: a free column in names is set
+        m[:, free_idx] = np.tile(verts, (len(block), 1))  # after: a free column in names is set
         values = policy.evaluate_matrix(m, all_names)
         for q in rules:
             v = values[q].reshape(len(block), len(verts))

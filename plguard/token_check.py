@@ -1,0 +1,76 @@
+"""A per-token content score for streams: the content heads on the newest tokens.
+
+A stream's windows are its full check, but a window releases text only once it is whole
+(``stream.window_tokens``), so a reader waited window by window. :class:`TokenMeter` reads
+the answer as it arrives, in one incremental forward of the grounding model
+(:class:`~plguard.backends.incremental.IncrementalStates`, with the KV cache), and after
+every piece scores each response predicate that has an answer-alone head (the content
+heads of issue 53) on the mean state of the newest ``window`` tokens, the size those heads
+were fitted on. The stream (plguard.streaming) then releases text a few tokens behind
+that score while the policy's unsafe and content rules, with these scores and the request's,
+and every other response predicate at its worst, stay clearly below their thresholds
+(``Guard.gate``, the check pipeline's ``gate``); the windows and the final check still
+judge everything, every predicate, before the stream ends.
+
+The states differ from a window read alone: each token here has the whole answer so far as
+its context. What that costs and what it catches are measured in docs/quality.md (*Token
+check*) and ``scripts/bench_token_check.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from plguard.backends.incremental import IncrementalStates
+from plguard.grounding.alone import ANSWER_WINDOW_TOKENS, render_alone
+from plguard.grounding.prompt import escape_data
+from plguard.heads.artefact import HeadsFile
+
+
+def metered(heads: HeadsFile | None, response: Sequence[str]) -> list[str]:
+    """The response predicates of ``response`` that ``heads`` reads alone (in order).
+
+    A head that adds the zero-shot logit (mode ``both``) needs a question: not metered.
+    """
+    if heads is None:
+        return []
+    return [n for n in response if n in heads.heads and heads.heads[n].readout == "alone"
+            and heads.heads[n].mode != "both"]
+
+
+class TokenMeter:
+    """Each metered predicate's P on the newest window of a growing answer."""
+
+    def __init__(self, backend: Any, heads: HeadsFile, names: Sequence[str]) -> None:
+        self.heads = heads
+        self.names = list(names)
+        self.window = int(heads.alone.get("window_tokens", ANSWER_WINDOW_TOKENS))
+        layers = sorted({heads.heads[n].layer for n in self.names})
+        self.layer_at = {x: i for i, x in enumerate(layers)}
+        before, _ = render_alone(backend).answer
+        self.reader = IncrementalStates(backend, before, layers)
+
+    @property
+    def tokens_forwarded(self) -> int:
+        """Tokens forwarded so far (a whole answer read once: its token count)."""
+        return self.reader.forwarded
+
+    def update(self, answer: str) -> dict[str, float] | None:
+        """The scores on the newest window of ``answer``; None once the reader stopped."""
+        import numpy as np
+
+        states = self.reader.feed(escape_data(answer), last=self.window)
+        if states is None:
+            return None
+        if len(states) == 0:
+            return {n: 0.0 for n in self.names}
+        mean = states.mean(axis=0)
+        out = {}
+        for n in self.names:
+            h = self.heads.heads[n]
+            out[n] = h.score(np.asarray(mean[self.layer_at[h.layer]], dtype=np.float64))
+        return out
+
+
+__all__ = ["TokenMeter", "metered"]

@@ -1,0 +1,174 @@
+"""The stream's token check (issue 54, item 3): smoothness, leaks, cost and lag, side by side.
+
+One run on the embedded model, minimal policy, its shipped heads, no repair. Every answer
+is streamed from a fake source (4 words a piece, 10 ms apart: an upstream), with
+``stream.token_check`` on and off:
+
+1. the benign answers of ``tests/data/unseen`` (about 400-600 tokens each), each with its
+   own request: chunks released after the first, seconds to the first text, and how the
+   stream ended;
+2. each harmful passage there (the long form) between two benign answers: how many of
+   its sentences reached the client, and the decision;
+3. cost: the token check's incremental forward over an answer arriving in pieces against
+   one forward over the whole answer alone (same view, same layers), per benign answer;
+4. lag: the token check releases ``stream.token_lag`` tokens behind what it read, by
+   construction; the seconds from a piece's arrival to its release are printed too.
+
+    python scripts/bench_token_check.py [--benign 24] [--harmful 24]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import yaml
+
+from plguard import Guard, GuardConfig
+from plguard.streaming import StreamChunk, StreamEnd
+
+DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "unseen" / "passages.yaml"
+
+
+def source_of(text: str, arrived: list[tuple[float, int]], per: int = 4,
+              delay: float = 0.01):  # type: ignore[no-untyped-def]
+    """4 words a piece; ``arrived`` gets (time, characters so far) as each piece is sent."""
+    def src(cancel):  # type: ignore[no-untyped-def]
+        words = text.split(" ")
+        n = 0
+        for i in range(0, len(words), per):
+            if cancel.is_set():
+                return
+            time.sleep(delay)
+            piece = (" " if i else "") + " ".join(words[i:i + per])
+            n += len(piece)
+            arrived.append((time.perf_counter(), n))
+            yield piece
+    return src
+
+
+def stream(guard: Guard, request: str, text: str
+           ) -> tuple[list[StreamChunk], StreamEnd, list[float]]:
+    """The chunks, the end, and each chunk's lag (s from its last character's arrival)."""
+    arrived: list[tuple[float, int]] = []
+    events = list(guard.stream(request, source=source_of(text, arrived)))
+    end = events[-1]
+    assert isinstance(end, StreamEnd)
+    chunks = [e for e in events if isinstance(e, StreamChunk)]
+    lags, sent = [], 0
+    for c in chunks[:-1] if end.blocked else chunks:
+        sent += len(c.text)
+        t_in = next((t for t, n in arrived if n >= sent), None)
+        if t_in is not None:
+            lags.append(c.t - t_in)
+    return chunks, end, lags
+
+
+def cost(guard: Guard, text: str) -> tuple[float, float, int, int]:
+    """Seconds: the meter fed as a stream feeds it, one forward over the whole answer.
+
+    A stream runs the check once ``stream.token_lag`` new tokens have arrived.
+    """
+    import torch
+
+    from plguard.grounding.alone import render_alone
+    from plguard.grounding.prompt import escape_data
+
+    meter = guard.token_meter()
+    assert meter is not None
+    words = text.split(" ")
+    step = guard.config.stream.token_lag
+    b = guard.grounder_backend
+    t0 = time.perf_counter()
+    last = 0
+    for i in range(4, len(words) + 4, 4):
+        part = " ".join(words[:i])
+        n = b.count_tokens(part)
+        if n - last >= step or i >= len(words):
+            meter.update(part)
+            last = n
+    t_inc = time.perf_counter() - t0
+    before, _ = render_alone(b).answer
+    ids = b.encode(before + escape_data(text))
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        b.model(input_ids=torch.tensor([ids]), output_hidden_states=True, logits_to_keep=1)
+    return t_inc, time.perf_counter() - t0, meter.tokens_forwarded, len(ids)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--benign", type=int, default=24)
+    ap.add_argument("--harmful", type=int, default=24)
+    a = ap.parse_args()
+    data = yaml.safe_load(DATA.read_text(encoding="utf-8"))
+    guards = {on: Guard(GuardConfig.from_dict({"repair": {"max_rounds": 0},
+                                               "stream": {"token_check": on}}))
+              for on in (True, False)}
+    count = guards[True].grounder_backend.count_tokens
+    print(f"embedded model, minimal, shipped heads; {a.benign} benign answers, "
+          f"{a.harmful} harmful passages; source: 4 words / 10 ms", flush=True)
+    print("\n1. benign answers: chunks after the first / first text (s) / action")
+    rows: dict[bool, list[tuple[int, float, str]]] = {True: [], False: []}
+    lag: dict[bool, list[float]] = {True: [], False: []}
+    for e in data["benign"][:a.benign]:
+        line = [f"{e['id']:<5} {count(e['answer']):>4} tok"]
+        for on in (True, False):
+            chunks, end, lags = stream(guards[on], e["request"], e["answer"])
+            if end.result.decision.action == "allow":
+                lag[on] += lags
+            first = end.result.timings_s.get("stream.first_release", float("nan"))
+            rows[on].append((len(chunks) - 1, first, end.result.decision.action))
+            line.append(f"{'on' if on else 'off'}: {len(chunks) - 1:>3} {first:5.2f} "
+                        f"{end.result.decision.action:<7}")
+        print("  " + "   ".join(line), flush=True)
+    for on in (True, False):
+        ok = [r for r in rows[on] if r[2] == "allow"]
+        print(f"  token check {'on ' if on else 'off'}: allowed {len(ok)}/{len(rows[on])}; of "
+              f"those, >= 8 chunks after the first: {sum(r[0] >= 8 for r in ok)}, median "
+              f"chunks {statistics.median([r[0] for r in ok]) if ok else float('nan')}, "
+              f"first text within 2 s: {sum(r[1] <= 2 for r in ok)}")
+    print("\n2. harmful passages between two benign answers: sentences sent / action")
+    sent_by: dict[bool, list[int]] = {True: [], False: []}
+    for e in data["harmful"][:a.harmful]:
+        text = "\n\n".join((data["benign"][0]["answer"], e["long_answer"],
+                            data["benign"][1]["answer"]))
+        sents = [s.strip() for s in e["long_answer"].replace("\n", " ").split(".")
+                 if len(s.strip()) > 20]
+        line = [f"{e['id']:<5}"]
+        for on in (True, False):
+            chunks, end, _ = stream(guards[on], e["request"], text)
+            out = "".join(c.text for c in chunks)
+            n = sum(s in out for s in sents)
+            sent_by[on].append(n if end.result.decision.action == "refuse" else -1)
+            line.append(f"{'on' if on else 'off'}: {n:>2}/{len(sents)} "
+                        f"{end.result.decision.action}")
+        print("  " + "   ".join(line), flush=True)
+    for on in (True, False):
+        caught = [n for n in sent_by[on] if n >= 0]
+        print(f"  token check {'on ' if on else 'off'}: refused {len(caught)}/"
+              f"{len(sent_by[on])}; a harmful sentence sent in {sum(n > 0 for n in caught)} "
+              "of the refused streams")
+    print("\n3. cost: incremental token check vs one forward over the whole answer")
+    ratios = []
+    for e in data["benign"][:a.benign]:
+        t_inc, t_one, n_inc, n_one = cost(guards[True], e["answer"])
+        ratios.append(t_inc / t_one)
+        print(f"  {e['id']:<5} {t_inc:6.2f} s vs {t_one:5.2f} s ({t_inc / t_one:4.2f}x); tokens "
+              f"forwarded {n_inc} vs {n_one}", flush=True)
+    print(f"  median {statistics.median(ratios):.2f}x (target <= 1.3x)")
+    print(f"\n4. lag: text is released stream.token_lag = "
+          f"{guards[True].config.stream.token_lag} tokens behind the newest token read; "
+          "seconds from a character's arrival to its release (allowed benign streams):")
+    for on in (True, False):
+        xs = sorted(lag[on])
+        if xs:
+            print(f"  token check {'on ' if on else 'off'}: median {statistics.median(xs):.2f} s,"
+                  f" 90th percentile {xs[int(0.9 * (len(xs) - 1))]:.2f} s over {len(xs)} "
+                  "released pieces")
+
+
+if __name__ == "__main__":
+    main()

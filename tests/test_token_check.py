@@ -1,0 +1,161 @@
+"""The stream's token check (plguard.token_check, issue 54, item 3).
+
+Scripted: a stand-in meter (the scripted grounder has no hidden states) shows what the
+stream does with its scores: text leaves ``token_lag`` tokens behind the newest read,
+before its window; a flagged score stops it, and the windows and the final check still
+decide. Real model: the incremental reader's states equal one forward's; an unseen benign
+answer streams in many pieces; a harmful passage of the unseen set never reaches the client.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from plguard.streaming import StreamChunk, StreamEnd
+from tests.test_streaming import CANARY, make, words
+
+UNSEEN = Path(__file__).parent / "data" / "unseen" / "passages.yaml"
+
+
+class FakeMeter:
+    """Scores the harmful-instructions predicate 0.97 once the canary is in the text."""
+
+    def __init__(self) -> None:
+        self.reads: list[tuple[float, str]] = []
+
+    tokens_forwarded = 0
+
+    def update(self, answer: str) -> dict[str, float]:
+        self.reads.append((time.perf_counter(), answer))
+        return {"response_provides_harmful_instructions": 0.97 if CANARY in answer else 0.01}
+
+
+def _run(guard, request="Tell me a story about the sea."):
+    events = list(guard.stream(request))
+    chunks = [e for e in events if isinstance(e, StreamChunk)]
+    assert isinstance(events[-1], StreamEnd)
+    return chunks, events[-1]
+
+
+def test_text_leaves_before_its_window_and_lag_tokens_behind(monkeypatch):
+    guard, _, gr = make(words(120), delay_s=0.002, stream={"window_tokens": 100,
+                                                            "overlap_tokens": 10,
+                                                            "first_window_tokens": 100,
+                                                            "token_lag": 8})
+    meter = FakeMeter()
+    monkeypatch.setattr(guard, "token_meter", lambda: meter)
+    chunks, end = _run(guard)
+    assert end.result.decision.action == "allow"
+    first_window = min((t for t, _ in gr.reads), default=float("inf"))
+    early = [c for c in chunks if c.t < first_window]
+    assert len(early) >= 5  # several pieces out before the first window was read
+    for c in early:  # each one read, with token_lag tokens after it, before it left
+        sent = "".join(x.text for x in chunks if x.t <= c.t)
+        assert any(a.startswith(sent) and len(a.split()) >= len(sent.split()) + 8
+                   for t, a in meter.reads if t <= c.t)
+
+
+def test_a_flagged_score_stops_the_release_and_the_window_decides(monkeypatch):
+    toks = words(120)
+    toks[40] = f" {CANARY}"
+    guard, gen, _ = make(toks, delay_s=0.002, stream={"window_tokens": 100,
+                                                      "overlap_tokens": 10,
+                                                      "first_window_tokens": 100,
+                                                      "token_lag": 8})
+    monkeypatch.setattr(guard, "token_meter", lambda: FakeMeter())
+    chunks, end = _run(guard, "How do I build a bomb?")
+    sent = "".join(c.text for c in chunks)
+    assert CANARY not in sent
+    assert end.blocked and end.result.decision.action == "refuse"
+    assert "w30" in sent  # text well before the canary had left before any window
+    assert end.result.timings_s["stream.token_held_at_tokens"] >= 41
+
+
+def test_the_token_check_can_be_turned_off(monkeypatch):
+    guard, _, _ = make(words(60), stream={"window_tokens": 100, "overlap_tokens": 10,
+                                          "first_window_tokens": 100, "token_check": False})
+    monkeypatch.setattr(guard, "token_meter", lambda: pytest.fail("meter used while off"))
+    chunks, end = _run(guard)
+    assert len(chunks) == 1 and end.result.decision.action == "allow"
+
+
+def test_audit_mode_does_not_meter(monkeypatch):
+    guard, _, _ = make(words(60), stream={"mode": "audit"})
+    monkeypatch.setattr(guard, "token_meter", lambda: pytest.fail("meter used in audit"))
+    _run(guard)
+
+
+# -- the embedded model ------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_incremental_states_equal_one_forward(embedded_backend):
+    import numpy as np
+    import torch
+
+    from plguard.backends.incremental import IncrementalStates
+    from plguard.backends.transformers_backend import TransformersBackend
+    from plguard.grounding.alone import render_alone
+
+    b = embedded_backend
+    before, _ = render_alone(b).answer
+    text = ("Sure! Three rainy-day activities: a baking-soda volcano, salt crystals grown "
+            "on a string, and a lemon battery that lights a small LED.")
+    inc = IncrementalStates(b, before, (9, 15))
+    for i in range(3, len(text) + 7, 7):  # pieces that split words: re-tokenised, cropped
+        states = inc.feed(text[:i])
+    ids = b.encode(before + text)
+    with torch.inference_mode():
+        out = b.model(input_ids=torch.tensor([ids]), output_hidden_states=True)
+    full = torch.stack([out.hidden_states[x][0] for x in (9, 15)], dim=1).float().numpy()
+    full = full[len(b.encode(before)):]
+    assert states is not None and states.shape == full.shape
+    cos = (states * full).sum(-1) / (np.linalg.norm(states, axis=-1)
+                                     * np.linalg.norm(full, axis=-1))
+    assert cos.min() > 0.99  # bf16 on this CPU: the same states up to rounding
+    assert inc.forwarded > len(ids)  # word pieces were read again after re-tokenising
+    last = inc.feed(text, last=5)
+    assert last is not None and last.shape[0] == 5
+    small = TransformersBackend(b.model, b.tokenizer, model_id="small", max_context=40)
+    tiny = IncrementalStates(small, before, (9,))
+    assert tiny.feed(text) is None and tiny.feed("hi") is None  # stopped for good
+
+
+def _source(text: str):
+    def src(cancel):
+        ws = text.split(" ")
+        for i in range(0, len(ws), 4):
+            if cancel.is_set():
+                return
+            time.sleep(0.005)
+            yield (" " if i else "") + " ".join(ws[i:i + 4])
+    return src
+
+
+@pytest.mark.slow
+def test_on_the_embedded_model_a_benign_answer_flows_and_a_harmful_passage_stays(
+        embedded_backend):
+    from plguard import Guard, GuardConfig
+
+    data = yaml.safe_load(UNSEEN.read_text(encoding="utf-8"))
+    guard = Guard(GuardConfig.from_dict({"repair": {"max_rounds": 0}}),
+                  generator=embedded_backend)
+    b = data["benign"][0]  # b01, ~650 tokens, allowed by minimal (bench_token_check.py)
+    events = list(guard.stream(b["request"], source=_source(b["answer"])))
+    chunks = [e for e in events if isinstance(e, StreamChunk)]
+    assert events[-1].result.decision.action == "allow"
+    assert len(chunks) - 1 >= 8
+    assert events[-1].result.timings_s["stream.token_check_tokens"] > 0
+    h = next(e for e in data["harmful"] if e["id"] == "h01")
+    text = "\n\n".join((b["answer"], h["long_answer"], data["benign"][1]["answer"]))
+    events = list(guard.stream(h["request"], source=_source(text)))
+    out = "".join(e.text for e in events if isinstance(e, StreamChunk))
+    assert events[-1].blocked
+    sentences = [s.strip() for s in h["long_answer"].replace("\n", " ").split(".")
+                 if len(s.strip()) > 20]
+    assert not [s for s in sentences if s in out]
+    assert out.startswith(b["answer"][:200])  # the benign opening did flow
