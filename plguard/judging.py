@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 import numpy as np
 
@@ -118,6 +118,29 @@ class Judge:
 
 
 Request = str | Conversation
+
+
+class JudgingGuard(Protocol):
+    """The part of :class:`plguard.Guard`'s seam that moderation and streams both use.
+
+    A protocol, not the Guard itself, so the modules below the Guard do not import it
+    (the Guard imports them): the layers stay one-way. :class:`plguard.moderation.
+    ModerationGuard` and :class:`plguard.stream_api.StreamGuard` extend it.
+    """
+
+    @property
+    def policy(self) -> Policy:
+        """The compiled policy the guard decides by."""
+        ...
+
+    def assess(self, pairs: Sequence[tuple[Request, str]], *,
+               bound: Bound = "answer") -> list[Assessment]:
+        """Each pair through the one check pipeline (:func:`judge`)."""
+        ...
+
+    def conversation(self, messages: Any) -> Conversation:
+        """The chat as its request predicates read it (plguard.conversation)."""
+        ...
 
 
 def judge(j: Judge, pairs: Sequence[tuple[Request, str]], *, bound: Bound = "answer",
@@ -292,6 +315,6 @@ def mapped_probs(probs: Mapping[str, float], maps: Mapping[str, tuple[float, flo
     return {n: platt(probs[n], *ab) for n, ab in maps.items() if n in probs}
 
 
-__all__ = ["BOUNDS", "USAGE_KEYS", "Bound", "Clock", "Judge", "Request", "SubClock", "Usage",
-           "best_case", "check_request_side", "decision", "gate", "ground", "is_time_key", "judge",
-           "mapped_probs", "worst_case"]
+__all__ = ["BOUNDS", "USAGE_KEYS", "Bound", "Clock", "Judge", "JudgingGuard", "Request",
+           "SubClock", "Usage", "best_case", "check_request_side", "decision", "gate",
+           "ground", "is_time_key", "judge", "mapped_probs", "worst_case"]

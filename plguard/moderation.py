@@ -23,11 +23,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from plguard.conversation import Conversation
 from plguard.errors import InputError
 from plguard.judging import (
     Bound,
-    Request,
+    JudgingGuard,
     check_request_side,
     is_time_key,
     mapped_probs,
@@ -39,33 +38,14 @@ from plguard.types import Assessment, Chat, Decision, Grounding, Message, Policy
 
 if TYPE_CHECKING:
     from plguard.judging import Judge
-    from plguard.policy import Policy
 
 
-class ModerationGuard(Protocol):
-    """What moderation needs of its guard: part of :class:`plguard.Guard`'s judging seam.
-
-    A protocol, not the Guard itself, so this module does not import the Guard (which
-    imports it for ``Guard.moderate``): the layers stay one-way.
-    """
-
-    @property
-    def policy(self) -> Policy:
-        """The compiled policy the guard decides by."""
-        ...
+class ModerationGuard(JudgingGuard, Protocol):
+    """What moderation needs of its guard: the judging seam, and its calibration's maps."""
 
     @property
     def judge(self) -> Judge:
         """What the check pipeline judges with (its calibration's moderation maps)."""
-        ...
-
-    def assess(self, pairs: Sequence[tuple[Request, str]], *,
-               bound: Bound = "answer") -> list[Assessment]:
-        """Each pair through the one check pipeline (:func:`plguard.judging.judge`)."""
-        ...
-
-    def conversation(self, messages: Any) -> Conversation:
-        """The chat as its request predicates read it (plguard.conversation)."""
         ...
 
 

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from plguard.backends.base import Backend
-from plguard.conversation import Conversation
-from plguard.judging import Bound, Request
+from plguard.judging import JudgingGuard, Request
 from plguard.types import (
     Assessment,
     Decision,
@@ -30,7 +29,6 @@ from plguard.types import (
 
 if TYPE_CHECKING:
     from plguard.config import GuardConfig, Thresholds
-    from plguard.policy import Policy
     from plguard.token_check import TokenMeter
 
 StreamMode = Literal["buffered", "audit"]
@@ -64,21 +62,12 @@ class StreamEnd:
 StreamEvent = StreamChunk | StreamEnd
 
 
-class StreamGuard(Protocol):
-    """What a stream needs of its guard: :class:`plguard.Guard`'s judging seam.
-
-    A protocol, not the Guard itself, so this module does not import the Guard (which
-    imports it for ``Guard.stream``): the layers stay one-way.
-    """
+class StreamGuard(JudgingGuard, Protocol):
+    """What a stream needs of its guard: the judging seam, backends, lock, gate, repair."""
 
     @property
     def config(self) -> GuardConfig:
         """The guard's config (``stream``, ``repair.fallback_refusal``, ``grounding``)."""
-        ...
-
-    @property
-    def policy(self) -> Policy:
-        """The compiled policy the guard decides by."""
         ...
 
     @property
@@ -99,15 +88,6 @@ class StreamGuard(Protocol):
     @property
     def grounder_lock(self) -> AbstractContextManager[object]:
         """Held while the grounder works: it serves one thread at a time."""
-        ...
-
-    def assess(self, pairs: Sequence[tuple[Request, str]], *,
-               bound: Bound = "answer") -> list[Assessment]:
-        """Each pair through the one check pipeline (:func:`plguard.judging.judge`)."""
-        ...
-
-    def conversation(self, messages: Any) -> Conversation:
-        """The chat as its request predicates read it (plguard.conversation)."""
         ...
 
     def token_meter(self) -> TokenMeter | None:

@@ -136,7 +136,7 @@ class GuardedStream:
         self.meter: TokenMeter | None = None
         self.metering = self.mode == "buffered" and guard.config.stream.token_check
         self.req_grounding: Grounding | None = None
-        self._metered_at = 0  # the draft's token count at the last token check
+        self._metered_at = 0  # where the draft ended (characters) at the last token check
         self.timings: dict[str, float] = {}
         self.t0 = 0.0
         self._events: Generator[StreamEvent, None, None] | None = None
@@ -339,10 +339,10 @@ class GuardedStream:
         """
         if not self.metering or self.hold or self.req_grounding is None:
             return
-        n = self._count(self.text)
-        if n - self._metered_at < max(1, self.cfg.token_lag):
+        # Only the text since the last run is counted: this runs on every delta.
+        if self._count(self.text[self._metered_at:]) < max(1, self.cfg.token_lag):
             return
-        self._metered_at = n
+        self._metered_at = len(self.text)
         scores = self._step("token_check", self._meter_scores)
         if scores is None:
             self.metering = False
