@@ -32,7 +32,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from conversation_turns import GO_ON, pick, split_turns  # noqa: E402
+from conversation_turns import GO_ON, pick, split_turns, write_manifest  # noqa: E402
 
 SYSTEM = ("You are a helpful customer-support assistant for Acme Bank. Answer politely and "
           "concisely.")
@@ -111,6 +111,7 @@ def main() -> None:
                       for k, m in zip(rs, ms, strict=True)}}
             f.write(json.dumps(rec) + "\n")
             f.flush()
+    write_manifest(out / "readings-minimal.manifest.json", guard)
     summary(path, out / "readings-minimal.txt")
 
 

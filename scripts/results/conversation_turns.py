@@ -84,6 +84,27 @@ def pick(per_source: int, policy: object) -> list[tuple[str, str, str, int]]:
     return out
 
 
+def write_manifest(path: Path, guard: object) -> None:
+    """What made ``path``'s records: the model and its weight hash, heads, commit, command."""
+    import datetime
+    import subprocess
+    import sys
+
+    from plguard.grounding.resolve import backend_identity
+
+    g = guard  # a Guard
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                            cwd=Path(__file__).resolve().parent).stdout.strip()
+    doc = {"created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+           "command": " ".join(["python", *sys.argv]), "git_commit": commit,
+           "model": backend_identity(g.grounder_backend),  # type: ignore[attr-defined]
+           "heads": g.grounder.heads.label if g.grounder.heads else None,  # type: ignore
+           "policy": g.policy.id,  # type: ignore[attr-defined]
+           "note": "records already in the JSONL are kept (resumable): each run adds only "
+                   "what is missing, so this names the last run"}
+    path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -121,6 +142,7 @@ def main() -> None:
                 rec["error"] = str(exc)
             f.write(json.dumps(rec) + "\n")
             f.flush()
+    write_manifest(out / f"turns-{a.policy}.manifest.json", guard)
     summary(path, out / f"turns-{a.policy}.txt")
 
 
