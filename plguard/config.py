@@ -265,12 +265,17 @@ class StreamConfig(_Strict):
         "rule stays under hold_fraction of its threshold; windows and the final check still "
         "judge everything. Needs heads that read answers alone and a backend with hidden "
         "states (transformers); otherwise text is released window by window.")
-    token_lag: int = Field(32, ge=1, description="The token check runs once this many new "
-                           "tokens have arrived and releases text up to this many tokens "
-                           "before the newest one it read: the newest text is never sent "
-                           "before what follows it has been read. Each run is one forward of "
-                           "the grounding model, with a fixed cost per forward, so a smaller "
-                           "lag is smoother and costs more (docs/benchmarks.md).")
+    token_step: int = Field(32, ge=1, description="The token check reads the draft in "
+                            "steps of about this many tokens (ending at word boundaries); "
+                            "each step is one forward of the grounding model, with a fixed "
+                            "cost per forward, so a smaller step is smoother and costs more "
+                            "(docs/benchmarks.md).")
+    token_lag: int = Field(64, ge=0, description="Text is released this many tokens "
+                           "before the newest token the token check read, so a passage's "
+                           "opening is read with what follows it before it leaves. 64: on "
+                           "dev (scripts/results/token_lag.py), the content heads first hold "
+                           "a harmful passage a median 57 tokens into it; 32 let 5+ words "
+                           "of 6 of 30 held passages out, 64 of 1 (eval/results/token_lag).")
     mode: Literal["buffered", "audit"] = Field(
         "buffered", description="buffered: text is released only after its window is "
         "allowed (nothing unchecked ever leaves). audit: text is sent as it is generated and "

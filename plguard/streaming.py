@@ -30,8 +30,8 @@ How a stream is guarded (mode ``buffered``, the default):
    generation at once and the stream ends with the refusal, or with the ordinary repair
    when nothing was released yet.
    Between windows, the token check (:mod:`plguard.token_check`, ``stream.token_check``)
-   scores the content heads on the newest tokens every ``stream.token_lag`` tokens and
-   releases text that many tokens behind them while ``Guard.gate`` finds every unsafe and
+   scores the content heads on the newest tokens every ``stream.token_step`` tokens and
+   releases text ``stream.token_lag`` tokens behind them while ``Guard.gate`` finds every unsafe and
    content rule clearly below its threshold; once it is not, only windows release.
 3. At the end the whole draft gets the ordinary decision (``Guard.check``'s grounding and
    decision code) before its held-back tail is released, so a stream refuses every draft the
@@ -331,40 +331,42 @@ class GuardedStream:
     def _token_release(self) -> Iterator[StreamEvent]:
         """Release text ``token_lag`` tokens behind the token check (plguard.token_check).
 
-        Run once ``token_lag`` new tokens have arrived since the last run: one
-        incremental forward reads them (a forward has a fixed cost, measured in
-        docs/benchmarks.md, so fewer, larger steps cost less). A score near a threshold
-        stops it for the rest of the stream: the windows and the final check decide from
-        there.
+        The check reads the draft in steps of about ``token_step`` tokens that end at word
+        boundaries (:func:`~plguard.stream_cuts.window_end`, from the text alone): a draft
+        that arrived in one burst is read step by step, exactly as one that trickled in,
+        so what is released is a function of the draft, not of timing. Each step is one
+        incremental forward (a forward has a fixed cost, docs/benchmarks.md). A score near
+        a threshold stops it for the rest of the stream: the windows and the final check
+        decide from there.
         """
-        if not self.metering or self.hold or self.req_grounding is None:
-            return
-        # Only the text since the last run is counted: this runs on every delta.
-        if self._count(self.text[self._metered_at:]) < max(1, self.cfg.token_lag):
-            return
-        self._metered_at = len(self.text)
-        scores = self._step("token_check", self._meter_scores)
-        if scores is None:
-            self.metering = False
-            return
-        a = self.guard.gate(self.req_grounding, scores)
-        if a.decision.action == "refuse" or self._doubtful(a.decision):
-            self.metering = False
-            self.timings["stream.token_held_at_tokens"] = float(self._count(self.text))
-            return
-        start = len(self.sent)
-        cut = word_start_before(self.text, self._count, start, len(self.text),
-                                self.cfg.token_lag)
-        if cut > start:
-            yield from self._release(cut)
+        step, lag = max(1, self.cfg.token_step), self.cfg.token_lag
+        while self.metering and not self.hold and self.req_grounding is not None:
+            at = self._metered_at
+            cut = window_end(self.text, self._count, at, at, step)
+            if cut is None:
+                return
+            self._metered_at = cut
+            scores = self._step("token_check", functools.partial(self._meter_scores, cut))
+            if scores is None:
+                self.metering = False
+                return
+            a = self.guard.gate(self.req_grounding, scores)
+            if a.decision.action == "refuse" or self._doubtful(a.decision):
+                self.metering = False
+                self.timings["stream.token_held_at_tokens"] = float(self._count(self.text[:cut]))
+                return
+            start = len(self.sent)
+            upto = word_start_before(self.text, self._count, start, cut, lag)
+            if upto > start:
+                yield from self._release(upto)
 
-    def _meter_scores(self) -> dict[str, float] | None:
+    def _meter_scores(self, upto: int) -> dict[str, float] | None:
         if self.meter is None:
             self.meter = self.guard.token_meter()
             if self.meter is None:
                 return None
         t0 = time.perf_counter()
-        scores = self.meter.update(self.text)
+        scores = self.meter.update(self.text[:upto])
         self.timings["stream.token_check_s"] = (self.timings.get("stream.token_check_s", 0.0)
                                                 + time.perf_counter() - t0)
         self.timings["stream.token_check_tokens"] = float(self.meter.tokens_forwarded)

@@ -32,6 +32,14 @@ from plguard.streaming import StreamChunk, StreamEnd
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "unseen" / "passages.yaml"
 
 
+def _runs(text: str, n: int = 5) -> set[tuple[str, ...]]:
+    """Every run of ``n`` words (a leak: one of the passage's runs was sent)."""
+    import re
+
+    w = re.findall(r"[a-z0-9']+", text.lower())
+    return {tuple(w[i:i + n]) for i in range(len(w) - n + 1)}
+
+
 def source_of(text: str, arrived: list[tuple[float, int]], per: int = 4,
               delay: float = 0.01):  # type: ignore[no-untyped-def]
     """4 words a piece; ``arrived`` gets (time, characters so far) as each piece is sent."""
@@ -69,26 +77,28 @@ def stream(guard: Guard, request: str, text: str
 def cost(guard: Guard, text: str) -> tuple[float, float, int, int]:
     """Seconds: the meter fed as a stream feeds it, one forward over the whole answer.
 
-    A stream runs the check once ``stream.token_lag`` new tokens have arrived.
+    The answer arrives 4 words at a time; the meter reads it in the stream's steps
+    (``stream.token_step`` tokens, ending at word boundaries), then the whole answer.
     """
     import torch
 
     from plguard.grounding.alone import render_alone
     from plguard.grounding.prompt import escape_data
+    from plguard.stream_cuts import window_end
 
     meter = guard.token_meter()
     assert meter is not None
     words = text.split(" ")
-    step = guard.config.stream.token_lag
+    step = guard.config.stream.token_step
     b = guard.grounder_backend
     t0 = time.perf_counter()
-    last = 0
+    at = 0
     for i in range(4, len(words) + 4, 4):
         part = " ".join(words[:i])
-        n = b.count_tokens(part)
-        if n - last >= step or i >= len(words):
-            meter.update(part)
-            last = n
+        while (cut := window_end(part, b.count_tokens, at, at, step)) is not None:
+            meter.update(part[:cut])
+            at = cut
+    meter.update(text)
     t_inc = time.perf_counter() - t0
     before, _ = render_alone(b).answer
     ids = b.encode(before + escape_data(text))
@@ -130,8 +140,10 @@ def main() -> None:
               f"those, >= 8 chunks after the first: {sum(r[0] >= 8 for r in ok)}, median "
               f"chunks {statistics.median([r[0] for r in ok]) if ok else float('nan')}, "
               f"first text within 2 s: {sum(r[1] <= 2 for r in ok)}")
-    print("\n2. harmful passages between two benign answers: sentences sent / action")
+    print("\n2. harmful passages between two benign answers: sentences sent, five-word runs "
+          "of the passage sent / action")
     sent_by: dict[bool, list[int]] = {True: [], False: []}
+    runs_by: dict[bool, list[int]] = {True: [], False: []}
     for e in data["harmful"][:a.harmful]:
         text = "\n\n".join((data["benign"][0]["answer"], e["long_answer"],
                             data["benign"][1]["answer"]))
@@ -142,15 +154,18 @@ def main() -> None:
             chunks, end, _ = stream(guards[on], e["request"], text)
             out = "".join(c.text for c in chunks)
             n = sum(s in out for s in sents)
+            runs = len(_runs(e["passage"]) & _runs(out))
             sent_by[on].append(n if end.result.decision.action == "refuse" else -1)
-            line.append(f"{'on' if on else 'off'}: {n:>2}/{len(sents)} "
-                        f"{end.result.decision.action}")
+            runs_by[on].append(runs if end.result.decision.action == "refuse" else -1)
+            line.append(f"{'on' if on else 'off'}: {n:>2}/{len(sents)} {runs:>3} "
+                        f"{end.result.decision.action:<7}")
         print("  " + "   ".join(line), flush=True)
     for on in (True, False):
         caught = [n for n in sent_by[on] if n >= 0]
         print(f"  token check {'on ' if on else 'off'}: refused {len(caught)}/"
               f"{len(sent_by[on])}; a harmful sentence sent in {sum(n > 0 for n in caught)} "
-              "of the refused streams")
+              f"of the refused streams, five words of the passage in "
+              f"{sum(n > 0 for n in runs_by[on] if n >= 0)}")
     print("\n3. cost: incremental token check vs one forward over the whole answer")
     ratios = []
     for e in data["benign"][:a.benign]:
@@ -160,7 +175,8 @@ def main() -> None:
               f"forwarded {n_inc} vs {n_one}", flush=True)
     print(f"  median {statistics.median(ratios):.2f}x (target <= 1.3x)")
     print(f"\n4. lag: text is released stream.token_lag = "
-          f"{guards[True].config.stream.token_lag} tokens behind the newest token read; "
+          f"{guards[True].config.stream.token_lag} tokens behind the newest token read "
+          f"(read every stream.token_step = {guards[True].config.stream.token_step}); "
           "seconds from a character's arrival to its release (allowed benign streams):")
     for on in (True, False):
         xs = sorted(lag[on])

@@ -45,6 +45,7 @@ def test_text_leaves_before_its_window_and_lag_tokens_behind(monkeypatch):
     guard, _, gr = make(words(120), delay_s=0.002, stream={"window_tokens": 100,
                                                             "overlap_tokens": 10,
                                                             "first_window_tokens": 100,
+                                                            "token_step": 8,
                                                             "token_lag": 8})
     meter = FakeMeter()
     monkeypatch.setattr(guard, "token_meter", lambda: meter)
@@ -65,6 +66,7 @@ def test_a_flagged_score_stops_the_release_and_the_window_decides(monkeypatch):
     guard, gen, _ = make(toks, delay_s=0.002, stream={"window_tokens": 100,
                                                       "overlap_tokens": 10,
                                                       "first_window_tokens": 100,
+                                                      "token_step": 8,
                                                       "token_lag": 8})
     monkeypatch.setattr(guard, "token_meter", lambda: FakeMeter())
     chunks, end = _run(guard, "How do I build a bomb?")
@@ -73,6 +75,30 @@ def test_a_flagged_score_stops_the_release_and_the_window_decides(monkeypatch):
     assert end.blocked and end.result.decision.action == "refuse"
     assert "w30" in sent  # text well before the canary had left before any window
     assert end.result.timings_s["stream.token_held_at_tokens"] >= 41
+
+
+def test_what_is_read_and_released_depends_on_the_draft_not_on_how_it_arrived(monkeypatch):
+    # A draft that arrives in one burst once the request check is done (a fast upstream,
+    # a slow guard) is read in the same steps as one that trickles in word by word, so a
+    # burst cannot release text that no step has read with token_lag tokens after it.
+    text = "".join(words(120))
+    seen = []
+    for parts, pause in (([text[:4], text[4:]], 0.3), (words(120), 0.004)):
+        def source(cancel, parts=parts, pause=pause):
+            for p in parts:
+                time.sleep(pause)
+                yield p
+        guard, _, _ = make(words(1), stream={"window_tokens": 100, "overlap_tokens": 10,
+                                             "first_window_tokens": 100, "token_step": 8,
+                                             "token_lag": 8})
+        meter = FakeMeter()
+        monkeypatch.setattr(guard, "token_meter", lambda meter=meter: meter)
+        events = list(guard.stream("Tell me a story about the sea.", source=source))
+        assert events[-1].result.decision.action == "allow"
+        seen.append([a for _, a in meter.reads])
+    burst, trickle = seen
+    assert len(burst) >= 10 and burst == trickle
+    assert all(a.endswith(" w" + a.rsplit(" w", 1)[1]) for a in burst)  # whole words
 
 
 def test_the_token_check_can_be_turned_off(monkeypatch):

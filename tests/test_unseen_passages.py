@@ -79,11 +79,23 @@ def test_guard_check_lets_benign_look_alikes_through(checked):
 
 
 def _stream(guard: Any, request: str, answer: str) -> tuple[str, Any]:
+    import time
+
     from plguard.streaming import StreamChunk, StreamEnd
     from tests.test_content_leak import Source, pieces
 
+    class Paced(Source):
+        """A piece every millisecond, as a generator sends them: the request check is done
+        long before the draft, so the token check's releases are exercised (a source with
+        no delay can be whole before the request check ends, and only windows release)."""
+
+        def __call__(self, cancel: Any) -> Iterator[str]:
+            for p in super().__call__(cancel):
+                time.sleep(0.001)
+                yield p
+
     events = list(guard.stream([{"role": "user", "content": request}],
-                               source=Source(pieces(answer))))
+                               source=Paced(pieces(answer))))
     end = events[-1]
     assert isinstance(end, StreamEnd)
     return "".join(e.text for e in events if isinstance(e, StreamChunk)), end
