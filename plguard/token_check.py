@@ -13,8 +13,8 @@ and every other response predicate at its worst, stay clearly below their thresh
 judge everything, every predicate, before the stream ends.
 
 The states differ from a window read alone: each token here has the whole answer so far as
-its context. What that costs and what it catches are measured in docs/quality.md (*Token
-check*) and ``scripts/bench_token_check.py``.
+its context. What that costs and what it catches are measured in docs/benchmarks.md (*Token
+check*), ``scripts/bench_token_check.py`` and eval/results/token_lag.
 """
 
 from __future__ import annotations
