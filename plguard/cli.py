@@ -254,6 +254,7 @@ _COMMAND_GROUPS: list[tuple[str, str]] = [
     ("plguard.batchjob.cli", "add_batch_commands"),
     ("plguard.modelcheck_cli", "add_model_commands"),
     ("plguard.moderation_cli", "add_moderate_commands"),
+    ("plguard.draft_cli", "add_draft_commands"),
 ]
 
 

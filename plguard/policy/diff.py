@@ -64,12 +64,28 @@ class DiffReport:
         return "\n".join(lines)
 
 
+def renamed_rules(policy: Policy, prefix: str, keep: set[str]) -> str:
+    """The policy's rules, heads prefixed, its predicates outside ``keep`` fixed false.
+
+    Renamed apart from another program's rules; shared with :mod:`plguard.policy.agree`,
+    so diff and the agreement of drafts read one circuit.
+    """
+    rename = _renaming(policy, prefix, keep)
+    return "".join(f"{rename[r.head]} :- {render(r.body, rename)}.\n"
+                   for r in policy.program.rules)
+
+
+def _renaming(policy: Policy, prefix: str, keep: set[str]) -> dict[str, str]:
+    rename = {h: prefix + h for h in policy.program.definitions()}
+    rename.update({p: "fail" for p in policy.predicate_names if p not in keep})
+    return rename
+
+
 def _decision_rules(policy: Policy, prefix: str, keep: set[str],
                     thresholds: Thresholds) -> str:
     """The policy's rules renamed apart, plus refuse/rewrite/allow heads."""
-    rename = {h: prefix + h for h in policy.program.definitions()}
-    rename.update({p: "fail" for p in policy.predicate_names if p not in keep})
-    lines = [f"{rename[r.head]} :- {render(r.body, rename)}." for r in policy.program.rules]
+    rename = _renaming(policy, prefix, keep)
+    lines = [renamed_rules(policy, prefix, keep).rstrip("\n")]
 
     def fires(rules: tuple[str, ...], threshold: float | None) -> str:
         # At 0/1 facts a rule's probability is 0 or 1, so ">= threshold" is the rule itself.

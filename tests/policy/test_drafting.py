@@ -1,0 +1,217 @@
+"""Policies from plain English (issue 55): spans, the refinement loop, merges, K drafts.
+
+A scripted model answers each span from a table (keyed on the span's text and the round),
+so the loop, the composition and the agreement of drafts are pinned down exactly; the
+embedded model's own drafting is in tests/test_policy_draft_model.py.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import pytest
+
+from plguard.errors import PolicyError
+from plguard.policy.drafting.draft import draft_once, merge_predicates
+from plguard.policy.drafting.run import draft_policy
+from plguard.policy.drafting.schema import DraftPredicate, DraftRule, parse_draft
+from plguard.policy.drafting.spans import split_spans
+from tests.scripted import ScriptedBackend
+
+DOC = """# Homework helper
+
+Help students learn.
+
+## Rules
+
+- Never write a whole graded essay for a student.
+- Do not refuse to explain a topic the student is studying.
+"""
+
+ESSAY = {"name": "asks_for_graded_essay", "view": "request",
+         "question": "Does the student ask for a whole graded essay to be written?",
+         "meaning": "the student asks for a graded essay to be written for them"}
+WRITES = {"name": "writes_whole_essay", "view": "answer",
+          "question": "Does the answer contain a whole essay?",
+          "meaning": "the answer is a whole essay"}
+TOPIC = {"name": "asks_to_explain_topic", "view": "request",
+         "question": "Does the student ask for a topic to be explained?",
+         "meaning": "the student asks for a topic to be explained"}
+REFUSES = {"name": "refuses", "view": "answer", "question": "Does the answer refuse?",
+           "meaning": "the answer refuses"}
+
+
+def reply(predicates=(), rules=()) -> str:
+    return json.dumps({"predicates": list(predicates), "rules": list(rules)})
+
+
+def model(script: Callable[[str, int], str]) -> ScriptedBackend:
+    """A backend whose reply is ``script(span text, replies so far in this chat)``."""
+    def answer(chat):
+        ask = chat[1].content
+        text = ask.split("):\n", 1)[1].split("\n\nReply with", 1)[0]
+        return script(text, (len(chat) - 2) // 2)
+    return ScriptedBackend(answer, lambda p, s: 0.5)
+
+
+def good(text: str, _round: int) -> str:
+    if "graded essay" in text:
+        return reply([ESSAY, WRITES], [{"head": "unsafe_compliance_graded_essay",
+                                        "body": "asks_for_graded_essay, writes_whole_essay",
+                                        "span": 4}])
+    if "refuse to explain" in text:
+        return reply([TOPIC, REFUSES], [{"head": "over_refusal_topic_explained",
+                                         "body": "asks_to_explain_topic, refuses",
+                                         "span": 5}])
+    return reply()
+
+
+def test_spans_keep_lines_headings_and_items():
+    spans = split_spans(DOC)
+    assert [(s.kind, s.cite) for s in spans] == [
+        ("heading", "L1"), ("paragraph", "L3"), ("heading", "L5"), ("item", "L7"),
+        ("item", "L8")]
+    assert spans[3].headings == ("Homework helper", "Rules")
+    assert split_spans("\n \n") == []
+
+
+def test_a_reply_that_does_not_fit_the_schema_names_the_field():
+    with pytest.raises(ValueError, match="rules.0.head"):
+        parse_draft('Sure! {"predicates": [], "rules": [{"head": "bad", "body": "x", '
+                    '"span": 1}]}')
+    with pytest.raises(ValueError, match="no JSON object"):
+        parse_draft("I cannot do that")
+    assert parse_draft('```json\n{"predicates": [], "rules": []}\n```').rules == []
+
+
+def test_the_refinement_loop_feeds_errors_back_until_the_draft_loads(tmp_path):
+    seen: list[str] = []
+
+    def script(text, rnd):
+        if "graded essay" not in text:
+            return reply()
+        if rnd == 0:
+            return '{"predicates": [oops'
+        if rnd == 1:  # a rule over a predicate nobody declared
+            return reply([ESSAY], [{"head": "unsafe_compliance_graded_essay",
+                                    "body": "asks_for_graded_essay, writes_essay", "span": 4}])
+        return good(text, rnd)
+
+    backend = model(script)
+    inner = backend.reply
+    backend.reply = lambda chat: (seen.append(chat[-1].content), inner(chat))[1]
+    d = draft_once(backend, DOC, split_spans(DOC), rounds=3)
+    essay = next(s for s in d.spans if s.span == 4)
+    assert essay.ok and essay.rounds == 3
+    fed = [s for s in seen if s.startswith("Problems found")]
+    assert "no JSON object" in fed[0] or "schema" in fed[0]
+    assert "policy.pl:" in fed[1] and "writes_essay" in fed[1]
+    assert [r.head for r in d.rules] == ["unsafe_compliance_graded_essay"]
+
+
+def test_a_span_that_never_passes_is_left_out_and_reported(tmp_path):
+    def script(text, rnd):
+        if "refuse to explain" in text:
+            return reply([TOPIC], [{"head": "over_refusal_topic", "body": "asks_to_explain_topic"
+                                    ", refuses", "span": 5}])  # refuses never declared
+        return good(text, rnd)
+
+    d = draft_once(model(script), DOC, split_spans(DOC), rounds=1)
+    left = next(s for s in d.spans if s.span == 5)
+    assert not left.ok and left.rounds == 2 and "refuses" in left.problems[0]
+    assert [r.head for r in d.rules] == ["unsafe_compliance_graded_essay"]
+    assert {p.name for p in d.predicates} == {"asks_for_graded_essay", "writes_whole_essay"}
+
+
+def test_predicates_of_the_same_meaning_are_merged_and_listed():
+    a = DraftPredicate(**ESSAY)
+    b = DraftPredicate(**{**ESSAY, "name": "wants_essay_written",
+                          "meaning": "The student asks for a graded essay to be written for them."})
+    c = DraftPredicate(**{**ESSAY, "name": "essay_answer", "view": "answer"})  # other view
+    preds, rules, merges = merge_predicates(
+        [a, b, c], [DraftRule(head="unsafe_compliance_essay", body="wants_essay_written, "
+                              "\\+ essay_answer", span=4)])
+    assert [p.name for p in preds] == ["asks_for_graded_essay", "essay_answer"]
+    assert rules[0].body == "asks_for_graded_essay, \\+ essay_answer"
+    assert merges[0][:2] == ("wants_essay_written", "asks_for_graded_essay")
+
+
+def test_k_drafts_keep_what_all_agree_on_and_show_where_they_differ(tmp_path):
+    src = tmp_path / "POLICY.md"
+    src.write_text(DOC, encoding="utf-8")
+    calls = {"n": 0}
+
+    def script(text, rnd):
+        calls["n"] += 1
+        return good(text, rnd)
+
+    backend = model(script)
+    inner = backend.generate
+
+    def generate(chats, params):  # the third draft (seed 2) reads the essay rule loosely
+        out = inner(chats, params)
+        if params.seed == 2 and "Part 4 " in chats[0][1].content:
+            loose = reply([ESSAY, WRITES], [{"head": "unsafe_compliance_graded_essay",
+                                             "body": "asks_for_graded_essay", "span": 4}])
+            out = [type(out[0])(loose, 1, 1)]
+        return out
+
+    backend.generate = generate  # type: ignore[method-assign]
+    r = draft_policy(backend, src, tmp_path / "out", drafts=3)
+    assert r.policy is not None
+    assert r.policy.unsafe_rules == ("unsafe_compliance",)  # the aggregate of no rule: fail
+    assert r.policy.over_refusal_rules == ("over_refusal_topic_explained",)
+    readme = (tmp_path / "out" / "README.md").read_text()
+    assert "| 0 | `unsafe_compliance_graded_essay` |" in readme and "2/3 | no |" in readme
+    assert ("fires and `unsafe_compliance_graded_essay` (draft 0) does not where the student asks "
+            "for a graded essay to be written for them, but not where the answer is a whole "
+            "essay (25% of worlds differ)") in readme
+    assert "zero-shot" in readme
+    for name in ("lint.txt", "explain.txt", "cases.todo.yaml", "policy.pl"):
+        assert (tmp_path / "out" / name).exists()
+    assert "0 error(s)" in (tmp_path / "out" / "lint.txt").read_text()
+    # At 2 of 3 the essay rule is kept once (draft 0's, the one draft 1 agrees with).
+    before = calls["n"]
+    r2 = draft_policy(backend, src, tmp_path / "out", drafts=3, threshold=2)
+    assert calls["n"] == before  # every draft reused from drafts/K/draft.json
+    assert r2.policy is not None and r2.policy.unsafe_rules == (
+        "unsafe_compliance_graded_essay",)
+    assert "asks_for_graded_essay, writes_whole_essay" in (
+        tmp_path / "out" / "policy.pl").read_text()
+
+
+def test_a_drafted_bundle_runs_in_a_guard(tmp_path):
+    from plguard import Guard, GuardConfig
+
+    src = tmp_path / "POLICY.md"
+    src.write_text(DOC, encoding="utf-8")
+    draft_policy(model(good), src, tmp_path / "out", drafts=1)
+    g = Guard(GuardConfig.from_dict({"policy": str(tmp_path / "out"),
+                                     "repair": {"max_rounds": 0}}),
+              generator=ScriptedBackend(lambda c: "Here is your essay.", lambda p, s: 0.9))
+    res = g.check("Write my graded essay on Hamlet.", "Here is your essay: ...")
+    assert res.decision.action == "refuse"
+    assert res.policy.probs["unsafe_compliance_graded_essay"] == pytest.approx(0.81, abs=0.01)
+
+
+def test_bad_arguments_are_clear_errors(tmp_path):
+    with pytest.raises(PolicyError, match="cannot read"):
+        draft_policy(model(good), tmp_path / "missing.md", tmp_path / "o")
+    (tmp_path / "blank.md").write_text("\n")
+    with pytest.raises(PolicyError, match="no text"):
+        draft_policy(model(good), tmp_path / "blank.md", tmp_path / "o")
+    (tmp_path / "p.md").write_text(DOC)
+    with pytest.raises(PolicyError, match="threshold"):
+        draft_policy(model(good), tmp_path / "p.md", tmp_path / "o", drafts=2, threshold=3)
+
+
+def test_a_model_that_gives_nothing_usable_leaves_no_bundle_and_says_why(tmp_path):
+    src = tmp_path / "POLICY.md"
+    src.write_text("- Never write a whole graded essay for a student.\n", encoding="utf-8")
+    r = draft_policy(model(lambda text, rnd: '{"predicates": [' * (rnd + 1)), src,
+                     tmp_path / "out", drafts=2, rounds=1)
+    assert r.policy is None and r.rows == () and not (tmp_path / "out" / "policy.pl").exists()
+    readme = (tmp_path / "out" / "README.md").read_text()
+    assert "span 1 (L1) left out after 2 replies: the reply holds no JSON object" in readme
+    assert "no rule reached" in (tmp_path / "out" / "lint.txt").read_text()
