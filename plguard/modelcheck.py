@@ -81,6 +81,12 @@ class ModelReport:
     verdict: str = ""
     advice: list[str] = field(default_factory=list)
     source: dict[str, Any] = field(default_factory=dict)
+    # The configured policy's predicates: read by a learned head, or zero-shot (no head
+    # for this model: a new or drafted bundle), whose strength the smoke test's zero-shot
+    # AUROC shows.
+    policy: str = ""
+    with_heads: list[str] = field(default_factory=list)
+    zero_shot: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -173,6 +179,7 @@ def check_model(config: GuardConfig, *, smoke: bool = True) -> ModelReport:
     if not report.chat_template:
         report.advice.append("no chat template: prompts use a plain 'User:/Assistant:' "
                              "layout; an instruct model with a template grounds better")
+    _policy_heads(report, backend, config)
     if smoke:
         t1 = time.perf_counter()
         report.separations = smoke_test(backend, config)
@@ -180,6 +187,19 @@ def check_model(config: GuardConfig, *, smoke: bool = True) -> ModelReport:
         report.verdict, advice = verdict_of(report.separations)
         report.advice += advice
     return report
+
+
+def _policy_heads(report: ModelReport, backend: Any, config: GuardConfig) -> None:
+    """Which of the configured policy's predicates have heads on this model (item 4, #55)."""
+    from plguard.heads.apply import resolve_heads
+    from plguard.policy import load_policy
+
+    policy = load_policy(config.policy)
+    hf = resolve_heads(config.grounding.heads, backend, policy.name)
+    have = set(hf.heads) if hf is not None else set()
+    report.policy = policy.id
+    report.with_heads = [p for p in policy.predicate_names if p in have]
+    report.zero_shot = [p for p in policy.predicate_names if p not in have]
 
 
 def _spellings(words: tuple[str, str]) -> list[str]:
@@ -270,6 +290,16 @@ def format_report(r: ModelReport) -> str:
             lines.append("  (the verdict reads the heads: what the guard uses with this config)")
         lines += ["", f"verdict: {r.verdict.upper()}"]
     lines += [f"  - {a}" for a in r.advice]
+    if r.policy:
+        lines += ["", f"policy {r.policy}: {len(r.with_heads)} predicate(s) read by learned "
+                  f"heads, {len(r.zero_shot)} zero-shot (no heads for this model)"]
+        if r.zero_shot:
+            zs = [s.auroc for s in r.separations]
+            how = (f"the smoke test's zero-shot AUROC on this model is {min(zs):.2f}-"
+                   f"{max(zs):.2f}" if zs else "run without --no-smoke to see how well this "
+                   "model answers yes/no questions zero-shot")
+            lines += [f"  zero-shot: {', '.join(r.zero_shot)}",
+                      f"  ({how}; fit heads from labelled examples: plguard heads fit)"]
     return "\n".join(lines)
 
 

@@ -291,6 +291,22 @@ def test_model_check_reports_the_embedded_model(capsys):
     assert all(s["auroc"] < 0.5 for s in r["separations"])
     assert all(s["head_auroc"] >= 0.9 for s in r["separations"])
     assert all(0 <= s["auroc"] <= 1 for s in r["separations"])
+    assert r["policy"].startswith("minimal@") and r["zero_shot"] == []
+    assert len(r["with_heads"]) == 4
+
+
+@pytest.mark.slow
+def test_model_check_names_the_predicates_a_drafted_policy_reads_zero_shot(tmp_path, capsys):
+    from plguard.policy.drafting.run import draft_policy
+    from tests.policy.test_drafting import DOC, good, model
+
+    (tmp_path / "P.md").write_text(DOC, encoding="utf-8")
+    draft_policy(model(good), tmp_path / "P.md", tmp_path / "out", drafts=1)
+    assert main(["model", "check", "embedded", "--no-smoke", "--policy",
+                 str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "0 predicate(s) read by learned heads, 4 zero-shot" in out
+    assert "zero-shot: asks_for_graded_essay, writes_whole_essay" in out
 
 
 def test_verdicts():
