@@ -1,0 +1,113 @@
+"""Plain-English policies drafted and compared with hand-written references (issue 55, item 5).
+
+    PYTHONPATH=. python scripts/results/policy_drafting.py --out eval/results/drafting \
+        --model PATH [--policies homework_helper,...] [--drafts 3] [--rounds 3]
+
+Each policy of plguard_lab/studies/drafting/policies (a POLICY.md and a reference bundle:
+its own ``reference/`` folder or the shipped bundle ``reference.txt`` names) is drafted by
+``plguard policy draft``'s code with ``--drafts`` drafts into ``OUT/<model>/<policy>/``
+(finished drafts are reused: a rerun resumes). Two records per policy, appended to
+``OUT/records.jsonl`` (flushed; a rerun skips what is there): K = 1 (the first, greedy
+draft alone) and K = --drafts (the rules all drafts agree on). Each: reference rules
+matched by circuit after mapping the drafted predicates (plguard_lab.studies.drafting.
+compare), rules invented, predicates merged, lint warnings, seconds and tokens. Then
+``OUT/report.md``. The model is named by path and weight hash in ``OUT/manifest.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+POLICIES = ROOT / "plguard_lab" / "studies" / "drafting" / "policies"
+
+
+def reference_of(folder: Path):  # type: ignore[no-untyped-def]
+    from plguard.policy import load_policy
+
+    named = folder / "reference.txt"
+    return load_policy(ROOT / named.read_text().strip() if named.exists()
+                       else folder / "reference")
+
+
+def record(policy: str, k: int, model: str, draft, reference, drafts) -> dict:  # type: ignore
+    from plguard.policy.lint import lint
+    from plguard_lab.studies.drafting.compare import compare
+
+    c = compare(draft, reference)
+    return {"policy": policy, "k": k, "model": model, "recall": round(c.recall, 4),
+            "precision": round(c.precision, 4), "reference_rules": list(c.reference_rules),
+            "matched": list(c.matched), "drafted_rules": list(c.drafted_rules),
+            "invented": list(c.invented), "mapping": [list(m) for m in c.mapping],
+            "merged": sum(len(d.merges) for d in drafts),
+            "lint_warnings": len(lint(draft).warnings) if draft is not None else None,
+            "seconds": round(sum(d.seconds for d in drafts), 1),
+            "tokens": sum(d.prompt_tokens + d.new_tokens for d in drafts),
+            "spans_left_out": sum(not s.ok for d in drafts for s in d.spans)}
+
+
+def report(path: Path) -> str:
+    recs = [json.loads(x) for x in path.read_text().splitlines() if x]
+    lines = ["| model | policy | K | reference rules matched | drafted rules | invented | "
+             "merged | lint warnings | spans left out | s | tokens |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in recs:
+        lines.append(f"| {r['model']} | {r['policy']} | {r['k']} | {len(r['matched'])}/"
+                     f"{len(r['reference_rules'])} | {len(r['drafted_rules'])} | "
+                     f"{len(r['invented'])} | {r['merged']} | {r['lint_warnings']} | "
+                     f"{r['spans_left_out']} | {r['seconds']} | {r['tokens']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--model", default="embedded")
+    ap.add_argument("--policies", default=",".join(sorted(p.name for p in POLICIES.iterdir()
+                                                          if (p / "POLICY.md").exists())))
+    ap.add_argument("--drafts", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3)
+    a = ap.parse_args()
+    from plguard.backends import load_backend
+    from plguard.config import ModelConfig
+    from plguard.grounding.resolve import backend_identity
+    from plguard.policy import load_policy
+    from plguard.policy.drafting.run import draft_policy
+
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "records.jsonl"
+    done = {(r["policy"], r["k"], r["model"]) for r in
+            (json.loads(x) for x in (path.read_text().splitlines() if path.exists() else [])
+             if x)}
+    backend = load_backend(ModelConfig(path=a.model))
+    ident = backend_identity(backend)
+    tag = ident["model_id"].replace("/", "_").replace(":", "_")
+    (out / "manifest.json").write_text(json.dumps({"model": ident, "command": " ".join(
+        ["python", *sys.argv])}, indent=2) + "\n")
+    with path.open("a", encoding="utf-8") as f:
+        for name in a.policies.split(","):
+            keys = [(name, 1, tag), (name, a.drafts, tag)]
+            if all(k in done for k in keys):
+                continue
+            folder = POLICIES / name
+            rep = draft_policy(backend, folder / "POLICY.md", out / tag / name,
+                               drafts=a.drafts, rounds=a.rounds)
+            first = out / tag / name / "drafts" / "0"
+            one = load_policy(first) if (first / "policy.pl").exists() else None
+            reference = reference_of(folder)
+            for k, draft, drafts in ((1, one, rep.drafts[:1]),
+                                     (a.drafts, rep.policy, rep.drafts)):
+                if (name, k, tag) not in done:
+                    f.write(json.dumps(record(name, k, tag, draft, reference, drafts)) + "\n")
+                    f.flush()
+    text = report(path)
+    (out / "report.md").write_text(text, encoding="utf-8")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
