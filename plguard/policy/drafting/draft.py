@@ -1,6 +1,7 @@
 """Draft a bundle from a plain-English policy with any loaded model (issue 55, item 1).
 
-For each span of the document (:mod:`~plguard.policy.drafting.spans`) the model proposes
+For each span of the document (:mod:`~plguard.policy.drafting.spans`; headings are the
+context of the spans under them, not asked about alone) the model proposes
 predicates and rules as JSON (:mod:`~plguard.policy.drafting.schema`; decoding held to the
 schema where the backend can). Each proposal is checked the way a hand-written bundle is:
 written with everything accepted so far and loaded (parse, validation, compilation), then
@@ -127,8 +128,11 @@ def draft_once(backend: Any, source: str, spans: Sequence[Span], *, rounds: int 
     n_prompt = n_new = 0
     params = GenerationParams(max_new_tokens=max_new_tokens, temperature=temperature,
                               seed=seed, json_schema=SCHEMA)
+    # Headings are asked about with every span under them, not alone: a title asks for
+    # nothing, and each ask is a model call (a minute on a 1.5B model on a CPU).
+    asked = [s for s in spans if s.kind != "heading"]
     with tempfile.TemporaryDirectory(prefix="plguard-draft-") as tmp:
-        for k, span in enumerate(spans):
+        for k, span in enumerate(asked):
             chat = [Message("system", SYSTEM), Message("user", _ask(span, spans, preds))]
             problems: list[str] = []
             for r in range(rounds + 1):
@@ -155,7 +159,7 @@ def draft_once(backend: Any, source: str, spans: Sequence[Span], *, rounds: int 
                 outcomes.append(SpanOutcome(span.index, span.cite, rounds + 1, (), (),
                                             tuple(problems)))
             if progress is not None:
-                progress(k + 1, len(spans))
+                progress(k + 1, len(asked))
     preds, rules, merges = merge_predicates(preds, rules)
     rules, dropped = drop_duplicates(rules)
     used = {a for r in rules for a in re.findall(r"[a-z][a-z0-9_]*", r.body)}

@@ -142,7 +142,8 @@ def draft_policy(backend: Any, source_path: Path, out: Path, *, drafts: int = 3,
         policy = write_bundle(out, source, [p for p in unified if p.name in used],
                               kept_rules, cites)
     report = DraftReport(out, policy, tuple(made), tuple(rows), tuple(kept), tuple(merges))
-    _write_vetting(report, spans_total=len(spans), need=need, unified=unified)
+    _write_vetting(report, spans_total=sum(s.kind != "heading" for s in spans), need=need,
+                   unified=unified)
     return report
 
 
