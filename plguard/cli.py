@@ -37,8 +37,13 @@ def add_config_options(p: argparse.ArgumentParser) -> None:
                    "--set thresholds.unsafe=0.3 (see `plguard config`).")
 
 
-def config_from_args(args: argparse.Namespace) -> GuardConfig:
-    """The GuardConfig the options describe (YAML file first, then overrides)."""
+def config_from_args(args: argparse.Namespace,
+                     extra: dict[str, Any] | None = None) -> GuardConfig:
+    """The GuardConfig the options describe (YAML file first, then overrides).
+
+    ``extra``: a command's own options by dotted key (None: not given), applied with the
+    ``--set`` overrides in one validation and over them.
+    """
     import yaml
 
     overrides: dict[str, Any] = {}
@@ -57,6 +62,7 @@ def config_from_args(args: argparse.Namespace) -> GuardConfig:
                                "set null)")
         parsed = yaml.safe_load(value)
         overrides[key.strip()] = NULL if parsed is None else parsed
+    overrides.update({k: v for k, v in (extra or {}).items() if v is not None})
     if getattr(args, "config", None):
         return GuardConfig.from_yaml(args.config, **overrides)
     return GuardConfig.from_dict({}, **overrides)

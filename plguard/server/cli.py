@@ -58,7 +58,9 @@ def serve_config(args: argparse.Namespace) -> GuardConfig:
     from plguard.cli import config_from_args
     from plguard.server.upstream import upstream_guard_config
 
-    cfg = config_from_args(args)
+    # The serve options and --set are validated together: an old key given with --set
+    # (server.upstream_timeout_s) needs the upstream that --upstream names, in the same
+    # validation, or it configures nothing and is lost.
     overrides = {
         "server.host": args.host, "server.port": args.port,
         "server.upstream.base_url": args.upstream,
@@ -68,9 +70,7 @@ def serve_config(args: argparse.Namespace) -> GuardConfig:
         "server.max_wait_ms": args.max_wait_ms,
         "server.upstream_grounding": args.upstream_grounding,
     }
-    if any(v is not None for v in overrides.values()):
-        cfg = GuardConfig.from_dict(cfg.model_dump(), source="plguard serve", **overrides)
-    return upstream_guard_config(cfg)
+    return upstream_guard_config(config_from_args(args, extra=overrides))
 
 
 def _is_loopback(host: str) -> bool:

@@ -176,3 +176,17 @@ async def test_an_upstream_stream_is_not_retried(flaky, minimal_policy):
     r = await _ask(_app(minimal_policy, url), stream=True)
     assert r.status_code == 200 and "Hello." in r.text
 
+
+
+def test_an_old_key_set_on_the_command_line_applies_to_the_upstream_named_there():
+    # plguard serve --upstream URL --set server.upstream_timeout_s=900: the timeout was lost
+    # (the --set was validated before --upstream named the upstream), and a slow upstream
+    # failed at the 120 s default (tests/backends/test_openai_vllm.py, CI 2026-12-06).
+    args = build_parser().parse_args(["serve", "--upstream", "http://a:1/v1",
+                                      "--set", "server.upstream_timeout_s=900"])
+    cfg = serve_config(args)
+    assert cfg.server.upstream is not None and cfg.server.upstream.request_timeout_s == 900
+    args = build_parser().parse_args(["serve", "--upstream", "http://a:1/v1",
+                                      "--upstream-grounding",
+                                      "--set", "server.upstream_timeout_s=900"])
+    assert serve_config(args).generator.request_timeout_s == 900
