@@ -16,7 +16,7 @@ from typing import Any
 # `add_commands(eval_sub, groups)` adds them (`groups`: the command groups studies share,
 # e.g. `quality`, where the heads study adds `fit-heads`).
 STUDIES = ("gold", "quality", "heads", "attacks", "content", "xstest", "hazards", "tuning",
-           "read")
+           "read", "drafting")
 
 
 def study(name: str) -> ModuleType:
