@@ -84,8 +84,8 @@ def agreement(drafts: Sequence[Policy | None]) -> list[RuleAgreement]:
     prefix = [f"plguard_d{i}__" for i in range(len(drafts))]
     src = "".join(renamed_rules(d, prefix[i], set(names)) for i, d in enumerate(drafts)
                   if d is not None)
-    rules = [(i, head, rule_kind(head) or "") for i, d in enumerate(drafts)
-             for head in _rule_bodies(d)]
+    bodies = [_rule_bodies(d) for d in drafts]
+    rules = [(i, head, rule_kind(head) or "") for i, b in enumerate(bodies) for head in b]
     pairs = [(a, b) for a in range(len(rules)) for b in range(len(rules))
              if a < b and rules[a][0] != rules[b][0] and rules[a][2] == rules[b][2]]
     for a, b in pairs:
@@ -125,7 +125,7 @@ def agreement(drafts: Sequence[Policy | None]) -> list[RuleAgreement]:
             world = _only(oracle, x, oracle.witness(x))
             fires = bool(oracle.probs(prefix[i] + head, [world])[0] > 0.5)
             dis.append(Disagreement(j, rules[m][1], share, world, fires))
-        out.append(RuleAgreement(i, head, kind, _rule_bodies(drafts[i])[head],
+        out.append(RuleAgreement(i, head, kind, bodies[i][head],
                                  tuple(sorted(agreed)), len(agreed) / len(drafts),
                                  tuple(same), tuple(dis)))
     return out

@@ -162,10 +162,15 @@ def draft_once(backend: Any, source: str, spans: Sequence[Span], *, rounds: int 
                 progress(k + 1, len(asked))
     preds, rules, merges = merge_predicates(preds, rules)
     rules, dropped = drop_duplicates(rules)
-    used = {a for r in rules for a in re.findall(r"[a-z][a-z0-9_]*", r.body)}
+    used = used_names(rules)
     return Draft(tuple(p for p in preds if p.name in used), tuple(rules), tuple(outcomes),
                  tuple(merges), tuple(dropped), time.perf_counter() - t0, n_prompt, n_new,
                  seed, temperature)
+
+
+def used_names(rules: Sequence[DraftRule]) -> set[str]:
+    """Every identifier the rules' bodies name (their predicates, and any rule they call)."""
+    return {a for r in rules for a in re.findall(r"[a-z][a-z0-9_]*", r.body)}
 
 
 def _words(text: str) -> str:
@@ -224,4 +229,4 @@ def drop_duplicates(rules: Sequence[DraftRule]) -> tuple[list[DraftRule], list[s
 
 
 __all__ = ["MERGE_RATIO", "SYSTEM", "Draft", "SpanOutcome", "draft_once", "drop_duplicates",
-           "merge_predicates", "rename_body"]
+           "merge_predicates", "rename_body", "used_names"]

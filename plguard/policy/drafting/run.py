@@ -33,6 +33,7 @@ from plguard.policy.drafting.draft import (
     SpanOutcome,
     draft_once,
     merge_predicates,
+    used_names,
 )
 from plguard.policy.drafting.schema import DraftPredicate, DraftRule
 from plguard.policy.drafting.spans import split_spans
@@ -130,7 +131,7 @@ def draft_policy(backend: Any, source_path: Path, out: Path, *, drafts: int = 3,
     cites = {s.index: s.cite for s in spans}
     policies: list[Policy | None] = []
     for k, rules in enumerate(rules_of):
-        used = _used(rules)
+        used = used_names(rules)
         policies.append(write_bundle(out / "drafts" / str(k), source,
                                      [p for p in unified if p.name in used], rules, cites)
                         if rules else None)  # a draft with no rule has no bundle
@@ -138,19 +139,13 @@ def draft_policy(backend: Any, source_path: Path, out: Path, *, drafts: int = 3,
     kept_rules, kept = _keep(rows, rules_of, need / drafts)
     policy = None
     if kept_rules:
-        used = _used(kept_rules)
+        used = used_names(kept_rules)
         policy = write_bundle(out, source, [p for p in unified if p.name in used],
                               kept_rules, cites)
     report = DraftReport(out, policy, tuple(made), tuple(rows), tuple(kept), tuple(merges))
     _write_vetting(report, spans_total=sum(s.kind != "heading" for s in spans), need=need,
                    unified=unified)
     return report
-
-
-def _used(rules: list[DraftRule]) -> set[str]:
-    import re
-
-    return {a for r in rules for a in re.findall(r"[a-z][a-z0-9_]*", r.body)}
 
 
 def _keep(rows: list[RuleAgreement], rules_of: list[list[DraftRule]], share: float
