@@ -11,7 +11,10 @@ its own ``reference/`` folder or the shipped bundle ``reference.txt`` names) is 
 draft alone) and K = --drafts (the rules all drafts agree on). Each: reference rules
 matched by circuit after mapping the drafted predicates (plguard_lab.studies.drafting.
 compare), rules invented, predicates merged, lint warnings, seconds and tokens. Then
-``OUT/report.md``. The model is named by path and weight hash in ``OUT/manifest.json``.
+``OUT/report.md``, which counts a drafted rule correct when it matches a reference rule or a
+person judged it correct in ``OUT/review/<policy>.yaml`` (every invented rule is listed there
+with an empty verdict; ``--report-only`` rereads the verdicts). The model is named by path
+and weight hash in ``OUT/manifest.json``.
 """
 
 from __future__ import annotations
@@ -49,15 +52,42 @@ def record(policy: str, k: int, model: str, draft, reference, drafts) -> dict:  
             "spans_left_out": sum(not s.ok for d in drafts for s in d.spans)}
 
 
-def report(path: Path) -> str:
-    recs = [json.loads(x) for x in path.read_text().splitlines() if x]
+def judged(out: Path, r: dict) -> tuple[int, int] | None:
+    """(drafted rules correct, invented rules not judged yet) for one record.
+
+    Correct: matched a reference rule by circuit, or invented and judged ``correct`` in
+    ``OUT/review/<policy>.yaml`` (plguard_lab.studies.drafting.review; this lists every
+    invented rule there, verdict empty, for a person to fill in).
+    """
+    from plguard.policy import load_policy
+    from plguard_lab.studies.drafting import review
+
+    folder = out / r["model"] / r["policy"]
+    bundle = folder / "drafts" / "0" if r["k"] == 1 else folder
+    if not (bundle / "policy.pl").exists():
+        return None
+    policy = load_policy(bundle)
+    path = out / "review" / f"{r['policy']}.yaml"
+    review.update(path, policy, r["invented"])
+    v = review.verdicts(path, policy, r["invented"])
+    correct = len(r["drafted_rules"]) - len(r["invented"]) + sum(x == "correct"
+                                                                  for x in v.values())
+    return correct, len(r["invented"]) - len(v)
+
+
+def report(out: Path) -> str:
+    recs = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines() if x]
     lines = ["| model | policy | K | reference rules matched | drafted rules | invented | "
-             "merged | lint warnings | spans left out | s | tokens |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "drafted rules correct (matched or judged) | not judged | merged | "
+             "lint warnings | spans left out | s | tokens |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in recs:
+        j = judged(out, r)
+        correct, open_ = ("-", "-") if j is None else j
         lines.append(f"| {r['model']} | {r['policy']} | {r['k']} | {len(r['matched'])}/"
                      f"{len(r['reference_rules'])} | {len(r['drafted_rules'])} | "
-                     f"{len(r['invented'])} | {r['merged']} | {r['lint_warnings']} | "
+                     f"{len(r['invented'])} | {correct}/{len(r['drafted_rules'])} | {open_} | "
+                     f"{r['merged']} | {r['lint_warnings']} | "
                      f"{r['spans_left_out']} | {r['seconds']} | {r['tokens']} |")
     return "\n".join(lines) + "\n"
 
@@ -70,7 +100,14 @@ def main() -> None:
                                                           if (p / "POLICY.md").exists())))
     ap.add_argument("--drafts", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--report-only", action="store_true",
+                    help="draft nothing: rewrite report.md (and the review files' lists)")
     a = ap.parse_args()
+    if a.report_only:
+        text = report(Path(a.out))
+        (Path(a.out) / "report.md").write_text(text, encoding="utf-8")
+        print(text)
+        return
     from plguard.backends import load_backend
     from plguard.config import ModelConfig
     from plguard.grounding.resolve import backend_identity
@@ -95,7 +132,9 @@ def main() -> None:
                 continue
             folder = POLICIES / name
             rep = draft_policy(backend, folder / "POLICY.md", out / tag / name,
-                               drafts=a.drafts, rounds=a.rounds)
+                               drafts=a.drafts, rounds=a.rounds,
+                               progress=lambda k, i, n, name=name: print(
+                                   f"{name} draft {k}: span {i}/{n}", flush=True))
             first = out / tag / name / "drafts" / "0"
             one = load_policy(first) if (first / "policy.pl").exists() else None
             reference = reference_of(folder)
@@ -104,7 +143,7 @@ def main() -> None:
                 if (name, k, tag) not in done:
                     f.write(json.dumps(record(name, k, tag, draft, reference, drafts)) + "\n")
                     f.flush()
-    text = report(path)
+    text = report(out)
     (out / "report.md").write_text(text, encoding="utf-8")
     print(text)
 
