@@ -24,8 +24,9 @@ from plguard.errors import ConfigError, did_you_mean
 
 EMBEDDED_MODEL = "embedded"
 # Decoding defaults, read by GenerationConfig and by plguard.types.GenerationParams (the
-# record backends take), so direct API use and configs agree.
-DEFAULT_MAX_NEW_TOKENS = 128
+# record backends take), so direct API use and configs agree. 512 new tokens hold a normal
+# answer (the paper's length); 128 cut answers off mid-sentence (issue 54).
+DEFAULT_MAX_NEW_TOKENS = 512
 DEFAULT_TEMPERATURE = 0.0
 DEFAULT_FALLBACK_REFUSAL = (
     "I can't help with that request because it could cause harm. "

@@ -61,6 +61,15 @@ def test_generation_params_defaults_are_the_config_defaults():
     assert (params.max_new_tokens, params.temperature) == (cfg.max_new_tokens, cfg.temperature)
 
 
+def test_local_answers_are_long_enough_by_default_and_the_readme_says_so():
+    # Issue 54: 128 new tokens cut normal answers off mid-word; the default is the paper's.
+    from plguard.config import GenerationConfig
+
+    assert GenerationConfig().max_new_tokens >= 512
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert f"**{GenerationConfig().max_new_tokens}** by default" in readme
+
+
 def test_heads_off_from_yaml_or_set_means_no_heads(capsys):
     from plguard.cli import main
 
