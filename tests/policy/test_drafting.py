@@ -137,6 +137,44 @@ def test_predicates_of_the_same_meaning_are_merged_and_listed():
     assert merges[0][:2] == ("wants_essay_written", "asks_for_graded_essay")
 
 
+def test_drafts_are_unified_one_to_one_within_a_view_by_how_alike_they_read():
+    from plguard.policy.drafting.unify import similarity, unify
+
+    refuses = DraftPredicate(name="answer_refuses", view="pair",
+                             question="Does the answer refuse to help?",
+                             meaning="the answer declines the request")
+    harm = DraftPredicate(name="asks_for_harm", view="request",
+                          question="Does the user ask for help to cause harm?",
+                          meaning="the request seeks help with harm")
+    declines = DraftPredicate(name="response_declines", view="pair",
+                              question="Does the response refuse or decline?",
+                              meaning="the assistant's reply declines to help")
+    also = DraftPredicate(name="reply_refuses_politely", view="pair",
+                          question="Does the reply refuse politely?",
+                          meaning="the answer refuses, politely")
+    not_harm = DraftPredicate(name="request_not_harmful", view="request",
+                              question="Is the request not about causing harm?",
+                              meaning="the request does not seek harm")
+    other_view = DraftPredicate(**{**ESSAY, "name": "asks_for_harm", "view": "answer"})
+    rules = [DraftRule(head="over_refusal_xy", body="request_not_harmful, response_declines",
+                       span=2),
+             DraftRule(head="unsafe_content_xy", body="asks_for_harm", span=2)]
+    out, renamed, merges = unify([refuses, harm], [declines, also, not_harm, other_view],
+                                 rules, suffix="_d1")
+    # One to one: the closest pair wins, the other refusal stays its own predicate; a
+    # negated meaning is not unified with the plain one; a name taken by another view
+    # is renamed.
+    assert [m[:2] for m in merges] == [("response_declines", "answer_refuses"),
+                                       ("asks_for_harm", "asks_for_harm_d1")]
+    assert [p.name for p in out] == ["answer_refuses", "asks_for_harm",
+                                     "reply_refuses_politely", "request_not_harmful",
+                                     "asks_for_harm_d1"]
+    assert [r.body for r in renamed] == ["request_not_harmful, answer_refuses",
+                                         "asks_for_harm_d1"]
+    # "response", "reply" and "assistant" read as "answer"; stems meet ("refuses", "refuse").
+    assert similarity(["the response refuses"], ["the answer refuse"])[0][0] > 0.99
+
+
 def test_k_drafts_keep_what_all_agree_on_and_show_where_they_differ(tmp_path):
     src = tmp_path / "POLICY.md"
     src.write_text(DOC, encoding="utf-8")

@@ -32,11 +32,11 @@ from plguard.policy.drafting.draft import (
     Draft,
     SpanOutcome,
     draft_once,
-    merge_predicates,
     used_names,
 )
 from plguard.policy.drafting.schema import DraftPredicate, DraftRule
 from plguard.policy.drafting.spans import split_spans
+from plguard.policy.drafting.unify import unify
 from plguard.policy.drafting.write import write_bundle
 
 
@@ -120,12 +120,13 @@ def draft_policy(backend: Any, source_path: Path, out: Path, *, drafts: int = 3,
                            max_new_tokens=max_new_tokens, progress=step)
             _save_draft(path, key, d)
         made.append(d)
-    # Unify: every draft's predicates merged into the ones before it (same name or meaning).
+    # Unify: every draft's predicates matched to the ones before it (plguard.policy.
+    # drafting.unify: one to one within a view, by how alike they read).
     unified: list[DraftPredicate] = []
     merges: list[tuple[str, str, str]] = []
     rules_of: list[list[DraftRule]] = []
     for k, d in enumerate(made):
-        unified, rules, m = merge_predicates(d.predicates, d.rules, into=unified)
+        unified, rules, m = unify(unified, d.predicates, d.rules, suffix=f"_d{k}")
         merges += [(f"draft {k}: {a}", b, why) for a, b, why in m]
         rules_of.append(rules)
     cites = {s.index: s.cite for s in spans}

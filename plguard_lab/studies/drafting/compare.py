@@ -1,8 +1,9 @@
 """A drafted bundle against a hand-written reference: rules matched by their circuits.
 
 Drafted predicates are named by the drafting model, so each is first mapped to the
-reference predicate of the same scope whose question and description read most alike
-(TF-IDF cosine, :func:`similarity`), when at least :data:`MAP_AT`; the drafted rules are
+reference predicate of the same scope whose name, question and description read most alike
+(:func:`plguard.policy.drafting.unify.similarity`, the one that unifies drafts), when at
+least :data:`MAP_AT`; the drafted rules are
 rewritten over the reference names and both bundles go through
 :func:`plguard.policy.agree.agreement` (the circuits ``policy diff`` uses). A reference
 rule is *matched* when the mapped draft has a rule of the same kind with the same truth
@@ -23,11 +24,14 @@ from plguard.policy import load_policy
 from plguard.policy.agree import agreement
 from plguard.policy.core import Policy
 from plguard.policy.drafting.draft import rename_body
+from plguard.policy.drafting.unify import similarity
 
-# Low on purpose: each drafted predicate maps to its most alike reference predicate of the
-# same scope, and a wrong mapping only counts as a match if the rules line up by circuit
-# too. The mapping is in every record, for review.
-MAP_AT = 0.3
+# Low on purpose: it only keeps a drafted predicate from being mapped to an unrelated one.
+# Each maps to its most alike reference predicate of the same scope, and a wrong mapping
+# only counts as a match if the rules line up by circuit too; the mapping is in every
+# record, for review. (0.3 with the old plain TF-IDF; the stemmed similarity shared with
+# unify scores "a whole essay" against "a complete essay, report or assignment" 0.27.)
+MAP_AT = 0.2
 KINDS = ("unsafe_compliance_", "unsafe_content_", "over_refusal_")
 
 
@@ -54,19 +58,6 @@ class Comparison:
         return 1 - len(self.invented) / len(self.drafted_rules)
 
 
-def similarity(texts_a: list[str], texts_b: list[str]) -> list[list[float]]:
-    """Cosine similarity of each text of ``texts_a`` to each of ``texts_b``.
-
-    TF-IDF fitted over both lists, so words every predicate uses ("answer", "request")
-    weigh little.
-    """
-    from sklearn.feature_extraction.text import TfidfVectorizer
-
-    vec = TfidfVectorizer(stop_words="english", sublinear_tf=True).fit(texts_a + texts_b)
-    a, b = vec.transform(texts_a), vec.transform(texts_b)
-    return (a @ b.T).toarray().tolist()  # rows are L2-normalised: the product is the cosine
-
-
 def compare(draft: Policy | None, reference: Policy) -> Comparison:
     """Map ``draft``'s predicates onto ``reference``'s, then compare their rules."""
     ref_rules = tuple(q for q in reference.queries if q.startswith(KINDS))
@@ -74,8 +65,8 @@ def compare(draft: Policy | None, reference: Policy) -> Comparison:
         return Comparison(ref_rules, (), (), (), ())
     ref = {p.name: p for p in reference.predicates}
     refs = list(reference.predicates)
-    sims = similarity([f"{p.question} {p.description}" for p in draft.predicates],
-                      [f"{r.question} {r.description}" for r in refs])
+    sims = similarity([f"{p.name} {p.question} {p.description}" for p in draft.predicates],
+                      [f"{r.name} {r.question} {r.description}" for r in refs])
     mapping, rename = [], {}
     for p, row in zip(draft.predicates, sims, strict=True):
         best = max(((v, r.name) for v, r in zip(row, refs, strict=True)
@@ -106,4 +97,4 @@ def compare(draft: Policy | None, reference: Policy) -> Comparison:
     return Comparison(ref_rules, matched, drafted, invented, tuple(mapping))
 
 
-__all__ = ["MAP_AT", "Comparison", "compare", "similarity"]
+__all__ = ["MAP_AT", "Comparison", "compare"]
