@@ -21,7 +21,8 @@ def _cmd_draft(args: argparse.Namespace) -> int:
 
     cfg = config_from_args(args)
     given = {k: getattr(args, k) for k in ("drafts", "threshold", "rounds", "temperature",
-                                           "max_new_tokens") if getattr(args, k) is not None}
+                                           "max_new_tokens", "form")
+             if getattr(args, k) is not None}
     backend: Any = load_backend(cfg.generator)
     bars: dict[int, Any] = {}
 
@@ -71,6 +72,10 @@ def add_draft_commands(subparsers: Any) -> None:
     p.add_argument("--temperature", type=float,
                    help="sampling temperature of drafts after the first (default "
                    f"{default['temperature']})")
+    p.add_argument("--form", choices=("slots", "free"),
+                   help="slots: the model fills each rule kind's conditions and plguard writes "
+                   "the rules; free: the model writes rule bodies itself (default "
+                   f"{default['form']})")
     p.add_argument("--max-new-tokens", type=positive_int, dest="max_new_tokens",
                    help=f"tokens per reply (default {default['max_new_tokens']})")
     add_config_options(p)

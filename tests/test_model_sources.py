@@ -301,7 +301,7 @@ def test_model_check_names_the_predicates_a_drafted_policy_reads_zero_shot(tmp_p
     from tests.policy.test_drafting import DOC, good, model
 
     (tmp_path / "P.md").write_text(DOC, encoding="utf-8")
-    draft_policy(model(good), tmp_path / "P.md", tmp_path / "out", drafts=1)
+    draft_policy(model(good), tmp_path / "P.md", tmp_path / "out", drafts=1, form="free")
     assert main(["model", "check", "embedded", "--no-smoke", "--policy",
                  str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out

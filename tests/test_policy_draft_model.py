@@ -44,7 +44,7 @@ def test_a_drafted_bundle_is_served(tmp_path):
 
     src = tmp_path / "POLICY.md"
     src.write_text(DOC, encoding="utf-8")
-    report = draft_policy(model(good), src, tmp_path / "out", drafts=1)
+    report = draft_policy(model(good), src, tmp_path / "out", drafts=1, form="free")
     guard = Guard(GuardConfig.from_dict({"policy": str(tmp_path / "out"),
                                          "repair": {"max_rounds": 0}}),
                   generator=ScriptedBackend(lambda c: "Here is your whole essay.",

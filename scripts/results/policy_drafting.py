@@ -1,7 +1,8 @@
 """Plain-English policies drafted and compared with hand-written references (issue 55, item 5).
 
     PYTHONPATH=. python scripts/results/policy_drafting.py --out eval/results/drafting \
-        --model PATH [--policies homework_helper,...] [--drafts 3] [--rounds 3]
+        --model PATH [--policies homework_helper,...] [--drafts 3] [--rounds 3] \
+        [--form slots|free]
 
 Each policy of plguard_lab/studies/drafting/policies (a POLICY.md and a reference bundle:
 its own ``reference/`` folder or the shipped bundle ``reference.txt`` names) is drafted by
@@ -100,6 +101,7 @@ def main() -> None:
                                                           if (p / "POLICY.md").exists())))
     ap.add_argument("--drafts", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--form", choices=("slots", "free"), default="slots")
     ap.add_argument("--report-only", action="store_true",
                     help="draft nothing: rewrite report.md (and the review files' lists)")
     a = ap.parse_args()
@@ -123,8 +125,9 @@ def main() -> None:
     backend = load_backend(ModelConfig(path=a.model))
     ident = backend_identity(backend)
     tag = ident["model_id"].replace("/", "_").replace(":", "_")
-    (out / "manifest.json").write_text(json.dumps({"model": ident, "command": " ".join(
-        ["python", *sys.argv])}, indent=2) + "\n")
+    (out / "manifest.json").write_text(json.dumps({"model": ident, "form": a.form,
+                                                   "command": " ".join(["python", *sys.argv])},
+                                                  indent=2) + "\n")
     with path.open("a", encoding="utf-8") as f:
         for name in a.policies.split(","):
             keys = [(name, 1, tag), (name, a.drafts, tag)]
@@ -132,7 +135,7 @@ def main() -> None:
                 continue
             folder = POLICIES / name
             rep = draft_policy(backend, folder / "POLICY.md", out / tag / name,
-                               drafts=a.drafts, rounds=a.rounds,
+                               drafts=a.drafts, rounds=a.rounds, form=a.form,
                                progress=lambda k, i, n, name=name: print(
                                    f"{name} draft {k}: span {i}/{n}", flush=True))
             first = out / tag / name / "drafts" / "0"

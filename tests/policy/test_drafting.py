@@ -101,7 +101,7 @@ def test_the_refinement_loop_feeds_errors_back_until_the_draft_loads(tmp_path):
     backend = model(script)
     inner = backend.reply
     backend.reply = lambda chat: (seen.append(chat[-1].content), inner(chat))[1]
-    d = draft_once(backend, DOC, split_spans(DOC), rounds=3)
+    d = draft_once(backend, DOC, split_spans(DOC), rounds=3, form="free")
     essay = next(s for s in d.spans if s.span == 4)
     assert essay.ok and essay.rounds == 3
     fed = [s for s in seen if s.startswith("Problems found")]
@@ -117,7 +117,7 @@ def test_a_span_that_never_passes_is_left_out_and_reported(tmp_path):
                                     ", refuses", "span": 5}])  # refuses never declared
         return good(text, rnd)
 
-    d = draft_once(model(script), DOC, split_spans(DOC), rounds=1)
+    d = draft_once(model(script), DOC, split_spans(DOC), rounds=1, form="free")
     left = next(s for s in d.spans if s.span == 5)
     assert not left.ok and left.rounds == 2 and "refuses" in left.problems[0]
     assert [r.head for r in d.rules] == ["unsafe_compliance_graded_essay"]
@@ -196,7 +196,7 @@ def test_k_drafts_keep_what_all_agree_on_and_show_where_they_differ(tmp_path):
         return out
 
     backend.generate = generate  # type: ignore[method-assign]
-    r = draft_policy(backend, src, tmp_path / "out", drafts=3)
+    r = draft_policy(backend, src, tmp_path / "out", drafts=3, form="free")
     assert r.policy is not None
     assert r.policy.unsafe_rules == ("unsafe_compliance",)  # the aggregate of no rule: fail
     assert r.policy.over_refusal_rules == ("over_refusal_topic_explained",)
@@ -211,7 +211,7 @@ def test_k_drafts_keep_what_all_agree_on_and_show_where_they_differ(tmp_path):
     assert "0 error(s)" in (tmp_path / "out" / "lint.txt").read_text()
     # At 2 of 3 the essay rule is kept once (draft 0's, the one draft 1 agrees with).
     before = calls["n"]
-    r2 = draft_policy(backend, src, tmp_path / "out", drafts=3, threshold=2)
+    r2 = draft_policy(backend, src, tmp_path / "out", drafts=3, threshold=2, form="free")
     assert calls["n"] == before  # every draft reused from drafts/K/draft.json
     assert r2.policy is not None and r2.policy.unsafe_rules == (
         "unsafe_compliance_graded_essay",)
@@ -224,7 +224,7 @@ def test_a_drafted_bundle_runs_in_a_guard(tmp_path):
 
     src = tmp_path / "POLICY.md"
     src.write_text(DOC, encoding="utf-8")
-    draft_policy(model(good), src, tmp_path / "out", drafts=1)
+    draft_policy(model(good), src, tmp_path / "out", drafts=1, form="free")
     g = Guard(GuardConfig.from_dict({"policy": str(tmp_path / "out"),
                                      "repair": {"max_rounds": 0}}),
               generator=ScriptedBackend(lambda c: "Here is your essay.", lambda p, s: 0.9))
@@ -253,3 +253,61 @@ def test_a_model_that_gives_nothing_usable_leaves_no_bundle_and_says_why(tmp_pat
     readme = (tmp_path / "out" / "README.md").read_text()
     assert "span 1 (L1) left out after 2 replies: the reply holds no JSON object" in readme
     assert "no rule reached" in (tmp_path / "out" / "lint.txt").read_text()
+
+
+def _cond(p: dict) -> dict:
+    return {k: p[k] for k in ("name", "question", "meaning")}
+
+
+def slot_reply(compliance=(), content=(), refusal=()) -> str:
+    return json.dumps({"unsafe_compliance": list(compliance), "unsafe_content": list(content),
+                       "over_refusal": list(refusal)})
+
+
+def good_slots(text: str, _round: int) -> str:
+    if "graded essay" in text:
+        return slot_reply([{"what": "graded_essay", "request": _cond(ESSAY),
+                            "answer": _cond(WRITES)}])
+    if "refuse to explain" in text:
+        return slot_reply(refusal=[{"what": "topic_explained", "request": _cond(TOPIC)}])
+    return slot_reply()
+
+
+def test_the_slot_form_writes_the_rules_and_cites_the_span_asked(tmp_path):
+    from plguard.policy import load_policy
+    from plguard.policy.drafting import slots
+    from plguard_lab.studies.drafting.compare import compare
+    from tests.policy.test_drafting_study import POLICIES
+
+    asked: list[tuple[str, str | None]] = []
+
+    def script(text, rnd):
+        if "graded essay" in text and rnd == 0:  # no answer condition: the schema says so
+            return slot_reply([{"what": "graded_essay", "request": _cond(ESSAY)}])
+        return good_slots(text, rnd)
+
+    backend = model(script)
+    inner = backend.generate
+
+    def generate(chats, params):
+        asked.append((chats[0][-1].content, params.json_schema))
+        return inner(chats, params)
+
+    backend.generate = generate  # type: ignore[method-assign]
+    src = tmp_path / "POLICY.md"
+    src.write_text(DOC, encoding="utf-8")
+    r = draft_policy(backend, src, tmp_path / "out", drafts=1)  # the default form: slots
+    assert {s for _, s in asked} == {slots.SCHEMA}
+    assert not any("Known predicates" in a for a, _ in asked)  # spans are asked alone
+    fed = [a for a, _ in asked if a.startswith("Problems found")]
+    assert len(fed) == 1 and "unsafe_compliance.0.answer" in fed[0]
+    d = r.drafts[0]
+    assert [(x.head, x.body, x.span) for x in d.rules] == [
+        ("unsafe_compliance_graded_essay", "asks_for_graded_essay, writes_whole_essay", 4),
+        ("over_refusal_topic_explained", "asks_to_explain_topic, answer_refuses", 5)]
+    views = {p.name: p.view for p in d.predicates}
+    assert views == {"asks_for_graded_essay": "request", "writes_whole_essay": "answer",
+                     "asks_to_explain_topic": "request", "answer_refuses": "pair"}
+    assert r.policy is not None
+    c = compare(r.policy, load_policy(POLICIES / "homework_helper" / "reference"))
+    assert set(c.matched) == {"unsafe_compliance_graded_work", "over_refusal_explain_topic"}

@@ -26,7 +26,8 @@ def test_rules_are_matched_by_circuit_after_mapping_the_names(tmp_path):
     from tests.policy.test_drafting import DOC, good, model
 
     (tmp_path / "P.md").write_text(DOC, encoding="utf-8")
-    drafted = draft_policy(model(good), tmp_path / "P.md", tmp_path / "out", drafts=1).policy
+    drafted = draft_policy(model(good), tmp_path / "P.md", tmp_path / "out", drafts=1,
+                           form="free").policy
     c = compare(drafted, load_policy(POLICIES / "homework_helper" / "reference"))
     # The scripted drafter wrote two of the reference's five rules, under other names.
     assert set(c.matched) == {"unsafe_compliance_graded_work", "over_refusal_explain_topic"}

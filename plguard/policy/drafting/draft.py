@@ -24,9 +24,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from plguard.errors import PolicyError
+from plguard.policy.drafting import slots
 from plguard.policy.drafting.schema import SCHEMA, DraftPredicate, DraftRule, parse_draft
 from plguard.policy.drafting.spans import Span
 from plguard.policy.drafting.write import write_bundle
@@ -35,6 +36,7 @@ from plguard.types import GenerationParams, Message
 # Meanings at least this similar (difflib ratio over lower-cased words) are one predicate.
 # High on purpose: a wrong merge changes what a rule means, a missed one only adds a name.
 MERGE_RATIO = 0.9
+Form = Literal["slots", "free"]
 
 SYSTEM = """You turn one part of a written policy into logic for a guardrail.
 A guardrail asks a grounding model yes/no questions (predicates) about a chat, then applies
@@ -109,12 +111,18 @@ class Draft:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
-def _ask(span: Span, spans: Sequence[Span], known: Sequence[DraftPredicate]) -> str:
+def _ask(span: Span, spans: Sequence[Span], known: Sequence[DraftPredicate] | None) -> str:
+    """The question for one span; ``known`` None: the slot form, which lists none."""
     outline = " / ".join(s.text for s in spans if s.kind == "heading") or "(none)"
-    preds = "\n".join(f"- {p.name} ({p.view}): {p.meaning}" for p in known) or "(none yet)"
     where = " > ".join(span.headings) or "(top)"
-    return (f"Headings of the policy: {outline}\nKnown predicates:\n{preds}\n\n"
-            f"Part {span.index} ({span.cite}, under {where}):\n{span.text}\n\n"
+    part = f"Part {span.index} ({span.cite}, under {where}):\n{span.text}\n\n"
+    if known is None:
+        # No known predicates offered: a small model reused them where they did not fit;
+        # the spans' predicates are composed afterwards (merge_predicates).
+        return (f"Headings of the policy: {outline}\n\n{part}"
+                f"Reply with the JSON object for part {span.index}.")
+    preds = "\n".join(f"- {p.name} ({p.view}): {p.meaning}" for p in known) or "(none yet)"
+    return (f"Headings of the policy: {outline}\nKnown predicates:\n{preds}\n\n{part}"
             f"Reply with the JSON object for part {span.index} (cite span {span.index}).")
 
 
@@ -142,28 +150,37 @@ def _check(new: Any, span: Span, preds: list[DraftPredicate], rules: list[DraftR
 
 def draft_once(backend: Any, source: str, spans: Sequence[Span], *, rounds: int = 3,
                seed: int = 0, temperature: float = 0.0, max_new_tokens: int = 768,
+               form: Form = "slots",
                progress: Callable[[int, int], None] | None = None) -> Draft:
-    """One draft of the whole document (module docstring); ``rounds`` re-asks per span."""
+    """One draft of the whole document (module docstring); ``rounds`` re-asks per span.
+
+    ``form``: ``slots`` (:mod:`~plguard.policy.drafting.slots`: the model fills each rule
+    kind's conditions, code writes the bodies) or ``free`` (the model writes the bodies).
+    """
     t0 = time.perf_counter()
     preds: list[DraftPredicate] = []
     rules: list[DraftRule] = []
     outcomes: list[SpanOutcome] = []
     cites = {s.index: s.cite for s in spans}
     n_prompt = n_new = 0
+    slot = form == "slots"
     params = GenerationParams(max_new_tokens=max_new_tokens, temperature=temperature,
-                              seed=seed, json_schema=SCHEMA)
+                              seed=seed, json_schema=slots.SCHEMA if slot else SCHEMA)
+    system = slots.SYSTEM if slot else SYSTEM
     # Headings are asked about with every span under them, not alone: a title asks for
     # nothing, and each ask is a model call (a minute on a 1.5B model on a CPU).
     asked = [s for s in spans if s.kind != "heading"]
     with tempfile.TemporaryDirectory(prefix="plguard-draft-") as tmp:
         for k, span in enumerate(asked):
-            chat = [Message("system", SYSTEM), Message("user", _ask(span, spans, preds))]
+            chat = [Message("system", system),
+                    Message("user", _ask(span, spans, None if slot else preds))]
             problems: list[str] = []
             for r in range(rounds + 1):
                 gen = backend.generate([tuple(chat)], params)[0]
                 n_prompt, n_new = n_prompt + gen.n_prompt_tokens, n_new + gen.n_new_tokens
                 try:
-                    new = parse_draft(gen.text)
+                    new = (slots.parse_slots(gen.text, span.index) if slot
+                           else parse_draft(gen.text))
                     problems = _check(new, span, preds, rules, source, cites,
                                       Path(tmp) / f"span{span.index}-{r}")
                 except ValueError as exc:
@@ -252,5 +269,5 @@ def drop_duplicates(rules: Sequence[DraftRule]) -> tuple[list[DraftRule], list[s
     return out, dropped
 
 
-__all__ = ["MERGE_RATIO", "SYSTEM", "Draft", "SpanOutcome", "draft_once", "drop_duplicates",
+__all__ = ["MERGE_RATIO", "SYSTEM", "Draft", "Form", "SpanOutcome", "draft_once", "drop_duplicates",
            "merge_predicates", "rename_body", "used_names"]

@@ -30,6 +30,7 @@ from plguard.policy.agree import RuleAgreement, agreement, world_text
 from plguard.policy.core import Policy
 from plguard.policy.drafting.draft import (
     Draft,
+    Form,
     SpanOutcome,
     draft_once,
     used_names,
@@ -86,7 +87,7 @@ def _save_draft(path: Path, key: str, d: Draft) -> None:
 
 def draft_policy(backend: Any, source_path: Path, out: Path, *, drafts: int = 3,
                  threshold: int | None = None, rounds: int = 3, temperature: float = 0.7,
-                 max_new_tokens: int = 768,
+                 max_new_tokens: int = 768, form: Form = "slots",
                  progress: Callable[[int, int, int], None] | None = None) -> DraftReport:
     """Draft ``source_path`` ``drafts`` times and write the bundle to vet (module doc).
 
@@ -110,14 +111,17 @@ def draft_policy(backend: Any, source_path: Path, out: Path, *, drafts: int = 3,
     made: list[Draft] = []
     for k in range(drafts):
         temp = 0.0 if k == 0 else temperature
-        key = _key(source, {"model": getattr(backend, "model_id", "?"), "rounds": rounds,
-                            "seed": k, "temperature": temp, "max_new_tokens": max_new_tokens})
+        settings = {"model": getattr(backend, "model_id", "?"), "rounds": rounds,
+                    "seed": k, "temperature": temp, "max_new_tokens": max_new_tokens}
+        if form != "free":  # drafts of the free form (the first) keep their keys
+            settings["form"] = form
+        key = _key(source, settings)
         path = out / "drafts" / str(k) / "draft.json"
         d = _load_draft(path, key)
         if d is None:
             step = None if progress is None else functools.partial(progress, k)
             d = draft_once(backend, source, spans, rounds=rounds, seed=k, temperature=temp,
-                           max_new_tokens=max_new_tokens, progress=step)
+                           max_new_tokens=max_new_tokens, form=form, progress=step)
             _save_draft(path, key, d)
         made.append(d)
     # Unify: every draft's predicates matched to the ones before it (plguard.policy.

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Literal
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 NAME = r"^[a-z][a-z0-9_]{2,60}$"
 HEAD = r"^(unsafe_compliance|unsafe_content|over_refusal)_[a-z0-9_]{2,60}$"
 View = Literal["request", "answer", "pair"]
+M = TypeVar("M", bound=BaseModel)
 
 
 class DraftPredicate(BaseModel):
@@ -55,8 +56,8 @@ SCHEMA = json.dumps(SpanDraft.model_json_schema())
 _OBJECT = re.compile(r"\{.*\}", re.S)
 
 
-def parse_draft(text: str) -> SpanDraft:
-    """The reply as a :class:`SpanDraft`; raises ValueError naming what is wrong.
+def parse_json(text: str, model: type[M]) -> M:
+    """The reply's JSON object as ``model``; raises ValueError naming what is wrong.
 
     A free (unconstrained) reply may wrap the object in prose or a code fence: the
     outermost ``{...}`` is read.
@@ -65,11 +66,17 @@ def parse_draft(text: str) -> SpanDraft:
     if m is None:
         raise ValueError("the reply holds no JSON object")
     try:
-        return SpanDraft.model_validate_json(m.group(0))
+        return model.model_validate_json(m.group(0))
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(str(x) for x in e['loc']) or 'reply'}: {e['msg']}"
                              for e in exc.errors()[:6])
         raise ValueError(f"the reply does not fit the schema: {problems}") from None
 
 
-__all__ = ["SCHEMA", "DraftPredicate", "DraftRule", "SpanDraft", "View", "parse_draft"]
+def parse_draft(text: str) -> SpanDraft:
+    """The reply as a :class:`SpanDraft` (:func:`parse_json`)."""
+    return parse_json(text, SpanDraft)
+
+
+__all__ = ["NAME", "SCHEMA", "DraftPredicate", "DraftRule", "SpanDraft", "View", "parse_draft",
+           "parse_json"]
