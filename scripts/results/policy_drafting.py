@@ -7,9 +7,10 @@
 Each policy of plguard_lab/studies/drafting/policies (a POLICY.md and a reference bundle:
 its own ``reference/`` folder or the shipped bundle ``reference.txt`` names) is drafted by
 ``plguard policy draft``'s code with ``--drafts`` drafts into ``OUT/<model>/<policy>/``
-(finished drafts are reused: a rerun resumes). Two records per policy, appended to
+(finished drafts are reused: a rerun resumes). Records per policy, appended to
 ``OUT/records.jsonl`` (flushed; a rerun skips what is there): K = 1 (the first, greedy
-draft alone) and K = --drafts (the rules all drafts agree on). Each: reference rules
+draft alone), K = --drafts kept at a majority (2 of 3; its bundle copied to ``at-2/``) and
+K = --drafts kept at K/K (the default threshold). Each: reference rules
 matched by circuit after mapping the drafted predicates (plguard_lab.studies.drafting.
 compare), rules invented, predicates merged, lint warnings, seconds and tokens. Then
 ``OUT/report.md``, which counts a drafted rule correct when it matches a reference rule or a
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -53,6 +55,11 @@ def record(policy: str, k: int, model: str, draft, reference, drafts) -> dict:  
             "spans_left_out": sum(not s.ok for d in drafts for s in d.spans)}
 
 
+def _threshold(r: dict) -> int:
+    """How many drafts had to agree (records before thresholds were recorded: all)."""
+    return int(r.get("threshold", r["k"]))
+
+
 def judged(out: Path, r: dict) -> tuple[int, int] | None:
     """(drafted rules correct, invented rules not judged yet) for one record.
 
@@ -64,7 +71,8 @@ def judged(out: Path, r: dict) -> tuple[int, int] | None:
     from plguard_lab.studies.drafting import review
 
     folder = out / r["model"] / r["policy"]
-    bundle = folder / "drafts" / "0" if r["k"] == 1 else folder
+    bundle = (folder / "drafts" / "0" if r["k"] == 1 else
+              folder / f"at-{_threshold(r)}" if _threshold(r) < r["k"] else folder)
     if not (bundle / "policy.pl").exists():
         return None
     policy = load_policy(bundle)
@@ -78,14 +86,15 @@ def judged(out: Path, r: dict) -> tuple[int, int] | None:
 
 def report(out: Path) -> str:
     recs = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines() if x]
-    lines = ["| model | policy | K | reference rules matched | drafted rules | invented | "
-             "drafted rules correct (matched or judged) | not judged | merged | "
+    lines = ["| model | policy | K | kept at | reference rules matched | drafted rules | "
+             "invented | drafted rules correct (matched or judged) | not judged | merged | "
              "lint warnings | spans left out | s | tokens |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in recs:
         j = judged(out, r)
         correct, open_ = ("-", "-") if j is None else j
-        lines.append(f"| {r['model']} | {r['policy']} | {r['k']} | {len(r['matched'])}/"
+        lines.append(f"| {r['model']} | {r['policy']} | {r['k']} | {_threshold(r)}/{r['k']} | "
+                     f"{len(r['matched'])}/"
                      f"{len(r['reference_rules'])} | {len(r['drafted_rules'])} | "
                      f"{len(r['invented'])} | {correct}/{len(r['drafted_rules'])} | {open_} | "
                      f"{r['merged']} | {r['lint_warnings']} | "
@@ -119,7 +128,7 @@ def main() -> None:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "records.jsonl"
-    done = {(r["policy"], r["k"], r["model"]) for r in
+    done = {(r["policy"], r["k"], _threshold(r), r["model"]) for r in
             (json.loads(x) for x in (path.read_text().splitlines() if path.exists() else [])
              if x)}
     backend = load_backend(ModelConfig(path=a.model))
@@ -128,24 +137,38 @@ def main() -> None:
     (out / "manifest.json").write_text(json.dumps({"model": ident, "form": a.form,
                                                    "command": " ".join(["python", *sys.argv])},
                                                   indent=2) + "\n")
+    # K/K last, so the bundle left in OUT/<model>/<policy> is the default one; a lower
+    # threshold's bundle is copied to at-<t>/ (the review reads it there).
+    thresholds = sorted({a.drafts, a.drafts // 2 + 1})
     with path.open("a", encoding="utf-8") as f:
         for name in a.policies.split(","):
-            keys = [(name, 1, tag), (name, a.drafts, tag)]
+            keys = [(name, 1, 1, tag)] + [(name, a.drafts, t, tag) for t in thresholds]
             if all(k in done for k in keys):
                 continue
             folder = POLICIES / name
-            rep = draft_policy(backend, folder / "POLICY.md", out / tag / name,
-                               drafts=a.drafts, rounds=a.rounds, form=a.form,
-                               progress=lambda k, i, n, name=name: print(
-                                   f"{name} draft {k}: span {i}/{n}", flush=True))
-            first = out / tag / name / "drafts" / "0"
-            one = load_policy(first) if (first / "policy.pl").exists() else None
             reference = reference_of(folder)
-            for k, draft, drafts in ((1, one, rep.drafts[:1]),
-                                     (a.drafts, rep.policy, rep.drafts)):
-                if (name, k, tag) not in done:
-                    f.write(json.dumps(record(name, k, tag, draft, reference, drafts)) + "\n")
-                    f.flush()
+            for t in thresholds:
+                rep = draft_policy(backend, folder / "POLICY.md", out / tag / name,
+                                   drafts=a.drafts, threshold=t, rounds=a.rounds, form=a.form,
+                                   progress=lambda k, i, n, name=name: print(
+                                       f"{name} draft {k}: span {i}/{n}", flush=True))
+                if t < a.drafts:
+                    at = out / tag / name / f"at-{t}"
+                    shutil.rmtree(at, ignore_errors=True)
+                    at.mkdir(parents=True)
+                    for fname in ("policy.md", "predicates.yaml", "policy.pl"):
+                        if (out / tag / name / fname).exists() and rep.policy is not None:
+                            shutil.copy(out / tag / name / fname, at / fname)
+                rows = [(a.drafts, t, rep.policy, rep.drafts)]
+                if t == thresholds[0]:
+                    first = out / tag / name / "drafts" / "0"
+                    one = load_policy(first) if (first / "policy.pl").exists() else None
+                    rows.insert(0, (1, 1, one, rep.drafts[:1]))
+                for k, th, draft, drafts in rows:
+                    if (name, k, th, tag) not in done:
+                        rec = record(name, k, tag, draft, reference, drafts)
+                        f.write(json.dumps({**rec, "threshold": th, "form": a.form}) + "\n")
+                        f.flush()
     text = report(out)
     (out / "report.md").write_text(text, encoding="utf-8")
     print(text)
