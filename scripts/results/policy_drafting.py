@@ -165,7 +165,8 @@ def main() -> None:
                     one = load_policy(first) if (first / "policy.pl").exists() else None
                     rows.insert(0, (1, 1, one, rep.drafts[:1]))
                 for k, th, draft, drafts in rows:
-                    if (name, k, th, tag) not in done:
+                    if (name, k, th, tag) not in done:  # with --drafts 1 the two rows are one
+                        done.add((name, k, th, tag))
                         rec = record(name, k, tag, draft, reference, drafts)
                         f.write(json.dumps({**rec, "threshold": th, "form": a.form}) + "\n")
                         f.flush()
