@@ -86,14 +86,19 @@ def judged(out: Path, r: dict) -> tuple[int, int] | None:
 
 def report(out: Path) -> str:
     recs = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines() if x]
-    lines = ["| model | policy | K | kept at | reference rules matched | drafted rules | "
+    man = json.loads((out / "manifest.json").read_text()) if (out / "manifest.json").exists() \
+        else {}
+    model = man.get("model", {})
+    lines = [f"model {model.get('model_id', '?')} (sha256 {model.get('model_sha256', '?')}), "
+             f"form {man.get('form', 'free')}", "",
+             "| policy | K | kept at | reference rules matched | drafted rules | "
              "invented | drafted rules correct (matched or judged) | not judged | merged | "
              "lint warnings | spans left out | s | tokens |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in recs:
         j = judged(out, r)
         correct, open_ = ("-", "-") if j is None else j
-        lines.append(f"| {r['model']} | {r['policy']} | {r['k']} | {_threshold(r)}/{r['k']} | "
+        lines.append(f"| {r['policy']} | {r['k']} | {_threshold(r)}/{r['k']} | "
                      f"{len(r['matched'])}/"
                      f"{len(r['reference_rules'])} | {len(r['drafted_rules'])} | "
                      f"{len(r['invented'])} | {correct}/{len(r['drafted_rules'])} | {open_} | "
@@ -111,6 +116,7 @@ def main() -> None:
     ap.add_argument("--drafts", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--form", choices=("slots", "free"), default="slots")
+    ap.add_argument("--max-new-tokens", type=int, default=768, dest="max_new_tokens")
     ap.add_argument("--report-only", action="store_true",
                     help="draft nothing: rewrite report.md (and the review files' lists)")
     a = ap.parse_args()
@@ -150,6 +156,7 @@ def main() -> None:
             for t in thresholds:
                 rep = draft_policy(backend, folder / "POLICY.md", out / tag / name,
                                    drafts=a.drafts, threshold=t, rounds=a.rounds, form=a.form,
+                                   max_new_tokens=a.max_new_tokens,
                                    progress=lambda k, i, n, name=name: print(
                                        f"{name} draft {k}: span {i}/{n}", flush=True))
                 if t < a.drafts:
