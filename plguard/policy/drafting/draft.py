@@ -1,15 +1,17 @@
 """Draft a bundle from a plain-English policy with any loaded model (issue 55, item 1).
 
 For each span of the document (:mod:`~plguard.policy.drafting.spans`; headings are the
-context of the spans under them, not asked about alone) the model proposes
-predicates and rules as JSON (:mod:`~plguard.policy.drafting.schema`; decoding held to the
-schema where the backend can). Each proposal is checked the way a hand-written bundle is:
-written with everything accepted so far and loaded (parse, validation, compilation), then
-linted; any error, with its file:line:col, goes back to the model, at most ``rounds``
-times. A span that never passes is left out and reported, never half-kept. Then the spans
-are composed: predicates of the same name are one; predicates whose one-line meanings are
-near-identical are merged into the first (each merge listed for review); duplicate rules
-are dropped.
+context of the spans under them, not asked about alone) the model proposes predicates and
+rules as JSON, decoding held to the schema where the backend can: in the slot form
+(:mod:`~plguard.policy.drafting.slots`, the default) it fills each rule kind's conditions
+and the rules are written from them; in the free form (:mod:`~plguard.policy.drafting.
+schema`) it writes the rule bodies itself. Each proposal is checked the way a hand-written
+bundle is: written with everything accepted so far and loaded (parse, validation,
+compilation), then linted; any error, with its file:line:col, goes back to the model, at
+most ``rounds`` times. A span that never passes is left out and reported, never
+half-kept. Then the spans are composed: predicates of the same name are one; predicates
+whose one-line meanings are near-identical are merged into the first (each merge listed
+for review); duplicate rules are dropped.
 
 The model is any object with the :class:`plguard.backends.base.Backend` generate method:
 this module loads nothing (plguard.draft_cli does), so it sits beside the policy tools.
