@@ -311,3 +311,24 @@ def test_the_slot_form_writes_the_rules_and_cites_the_span_asked(tmp_path):
     assert r.policy is not None
     c = compare(r.policy, load_policy(POLICIES / "homework_helper" / "reference"))
     assert set(c.matched) == {"unsafe_compliance_graded_work", "over_refusal_explain_topic"}
+
+
+def test_a_reply_cut_off_at_the_token_limit_is_told_so():
+    from plguard.types import Generation
+
+    seen: list[str] = []
+    backend = model(good_slots)
+    inner = backend.generate
+
+    def generate(chats, params):
+        seen.append(chats[0][-1].content)
+        if len(chats[0]) == 2 and "graded essay" in chats[0][1].content:  # the first ask
+            return [Generation('{"unsafe_compliance": [{"what": "graded_essay", "request": '
+                               '{"name": "asks_for_graded', 3, params.max_new_tokens)]
+        return inner(chats, params)
+
+    backend.generate = generate  # type: ignore[method-assign]
+    d = draft_once(backend, DOC, split_spans(DOC), rounds=1, max_new_tokens=40)
+    fed = [s for s in seen if s.startswith("Problems found")]
+    assert len(fed) == 1 and "cut off at 40 new tokens" in fed[0]
+    assert next(s for s in d.spans if s.span == 4).ok  # the second reply was complete

@@ -187,6 +187,9 @@ def draft_once(backend: Any, source: str, spans: Sequence[Span], *, rounds: int 
                                       Path(tmp) / f"span{span.index}-{r}")
                 except ValueError as exc:
                     problems = [str(exc)]
+                    if gen.n_new_tokens >= max_new_tokens:  # not malformed: unfinished
+                        problems.append(f"the reply was cut off at {max_new_tokens} new "
+                                        "tokens: write shorter questions and meanings")
                 if not problems:
                     known = {p.name for p in preds}
                     preds += [p for p in new.predicates if p.name not in known]
