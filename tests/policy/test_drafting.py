@@ -33,8 +33,8 @@ ESSAY = {"name": "asks_for_graded_essay", "view": "request",
          "question": "Does the student ask for a whole graded essay to be written?",
          "meaning": "the student asks for a graded essay to be written for them"}
 WRITES = {"name": "writes_whole_essay", "view": "answer",
-          "question": "Does the answer contain a whole essay?",
-          "meaning": "the answer is a whole essay"}
+          "question": "Does the answer contain a whole essay the student could hand in?",
+          "meaning": "the answer is a whole essay ready to hand in"}
 TOPIC = {"name": "asks_to_explain_topic", "view": "request",
          "question": "Does the student ask for a topic to be explained?",
          "meaning": "the student asks for a topic to be explained"}
@@ -204,7 +204,7 @@ def test_k_drafts_keep_what_all_agree_on_and_show_where_they_differ(tmp_path):
     assert "| 0 | `unsafe_compliance_graded_essay` |" in readme and "2/3 | no |" in readme
     assert ("fires and `unsafe_compliance_graded_essay` (draft 0) does not where the student asks "
             "for a graded essay to be written for them, but not where the answer is a whole "
-            "essay (25% of worlds differ)") in readme
+            "essay ready to hand in (25% of worlds differ)") in readme
     assert "zero-shot" in readme
     for name in ("lint.txt", "explain.txt", "cases.todo.yaml", "policy.pl"):
         assert (tmp_path / "out" / name).exists()
