@@ -26,6 +26,7 @@ import json
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICIES = ROOT / "plguard_lab" / "studies" / "drafting" / "policies"
@@ -107,6 +108,16 @@ def report(out: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+class Cached:
+    """A stand-in model for --cached-only: named like the one that drafted, never asked."""
+
+    def __init__(self, model_id: str) -> None:
+        self.model_id = model_id
+
+    def generate(self, *_: object) -> list:
+        raise SystemExit("--cached-only: a draft is not on disk; run without it to draft")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -117,6 +128,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--form", choices=("slots", "free"), default="slots")
     ap.add_argument("--max-new-tokens", type=int, default=768, dest="max_new_tokens")
+    ap.add_argument("--cached-only", action="store_true",
+                    help="load no model: recompute the records from the drafts on disk (the "
+                    "model named in OUT/manifest.json); a draft not there is an error")
     ap.add_argument("--report-only", action="store_true",
                     help="draft nothing: rewrite report.md (and the review files' lists)")
     a = ap.parse_args()
@@ -137,12 +151,16 @@ def main() -> None:
     done = {(r["policy"], r["k"], _threshold(r), r["model"]) for r in
             (json.loads(x) for x in (path.read_text().splitlines() if path.exists() else [])
              if x)}
-    backend = load_backend(ModelConfig(path=a.model))
-    ident = backend_identity(backend)
+    if a.cached_only:  # the drafts are all on disk: no model is loaded, none is asked
+        ident = json.loads((out / "manifest.json").read_text())["model"]
+        backend: Any = Cached(ident["model_id"])
+    else:
+        backend = load_backend(ModelConfig(path=a.model))
+        ident = backend_identity(backend)
+        (out / "manifest.json").write_text(json.dumps(
+            {"model": ident, "form": a.form, "command": " ".join(["python", *sys.argv])},
+            indent=2) + "\n")
     tag = ident["model_id"].replace("/", "_").replace(":", "_")
-    (out / "manifest.json").write_text(json.dumps({"model": ident, "form": a.form,
-                                                   "command": " ".join(["python", *sys.argv])},
-                                                  indent=2) + "\n")
     # K/K last, so the bundle left in OUT/<model>/<policy> is the default one; a lower
     # threshold's bundle is copied to at-<t>/ (the review reads it there).
     thresholds = sorted({a.drafts, a.drafts // 2 + 1})
