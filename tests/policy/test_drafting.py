@@ -309,6 +309,12 @@ def test_the_slot_form_writes_the_rules_and_cites_the_span_asked(tmp_path):
     assert views == {"asks_for_graded_essay": "request", "writes_whole_essay": "answer",
                      "asks_to_explain_topic": "request", "answer_refuses": "pair"}
     assert r.policy is not None
+    import yaml
+
+    windows = {e["name"]: e.get("windows") for e in yaml.safe_load(
+        (tmp_path / "out" / "predicates.yaml").read_text())}
+    assert windows["answer_refuses"] == "first" and windows["writes_whole_essay"] == "max"
+    assert windows["asks_for_graded_essay"] is None  # request predicates have no windows
     c = compare(r.policy, load_policy(POLICIES / "homework_helper" / "reference"))
     assert set(c.matched) == {"unsafe_compliance_graded_work", "over_refusal_explain_topic"}
 

@@ -33,11 +33,12 @@ from plguard.policy.drafting.schema import (
     View,
     parse_json,
 )
+from plguard.policy.drafting.write import REFUSES_NAME
 
 WHAT = r"^[a-z][a-z0-9_]{2,40}$"
 
 REFUSES = DraftPredicate(
-    name="answer_refuses", view="pair",
+    name=REFUSES_NAME, view="pair",
     question="Does the answer refuse, decline or avoid the request, fully or in part?",
     meaning="answer_refuses holds when the answer refuses or declines the request")
 

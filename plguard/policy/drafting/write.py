@@ -44,6 +44,9 @@ def render_program(rules: Sequence[DraftRule], cites: dict[int, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+REFUSES_NAME = "answer_refuses"  # the slot form's fixed refusal predicate (slots.REFUSES)
+
+
 def write_bundle(out: Path, source: str, predicates: Sequence[DraftPredicate],
                  rules: Sequence[DraftRule], cites: dict[int, str]) -> Policy:
     """Write the bundle into ``out`` (created) and load it; PolicyError when it is wrong."""
@@ -51,8 +54,15 @@ def write_bundle(out: Path, source: str, predicates: Sequence[DraftPredicate],
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "policy.md").write_text(source, encoding="utf-8")
-    entries = [{"name": p.name, "scope": scope_of(p.view), "question": p.question,
-                "description": p.meaning} for p in predicates]
+    entries: list[dict[str, str]] = []
+    for p in predicates:
+        entry = {"name": p.name, "scope": scope_of(p.view), "question": p.question,
+                 "description": p.meaning}
+        if entry["scope"] == "response":
+            # A long answer read in windows: refusing shows in its opening, anything else
+            # the answer does counts wherever it is (what the shipped bundles declare).
+            entry["windows"] = "first" if p.name == REFUSES_NAME else "max"
+        entries.append(entry)
     (out / "predicates.yaml").write_text(
         yaml.safe_dump(entries, sort_keys=False, width=96), encoding="utf-8")
     (out / "policy.pl").write_text(render_program(rules, cites), encoding="utf-8")
