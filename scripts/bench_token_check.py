@@ -74,11 +74,12 @@ def stream(guard: Guard, request: str, text: str
     return chunks, end, lags
 
 
-def cost(guard: Guard, text: str) -> tuple[float, float, int, int]:
+def cost(guard: Guard, text: str, step: int | None = None) -> tuple[float, float, int, int]:
     """Seconds: the meter fed as a stream feeds it, one forward over the whole answer.
 
     The answer arrives 4 words at a time; the meter reads it in the stream's steps
-    (``stream.token_step`` tokens, ending at word boundaries), then the whole answer.
+    (``step``, default ``stream.token_step`` tokens, ending at word boundaries), then the
+    whole answer.
     """
     import torch
 
@@ -89,7 +90,7 @@ def cost(guard: Guard, text: str) -> tuple[float, float, int, int]:
     meter = guard.token_meter()
     assert meter is not None
     words = text.split(" ")
-    step = guard.config.stream.token_step
+    step = step or guard.config.stream.token_step
     b = guard.grounder_backend
     t0 = time.perf_counter()
     at = 0
