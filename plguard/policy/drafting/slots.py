@@ -4,7 +4,7 @@ In the free form (:mod:`~plguard.policy.drafting.schema`) the model writes rule 
 itself. A 1.5B model does that badly: it reuses a predicate for a rule it does not fit
 (``unsafe_content_test_or_exam :- answer_refuses``), cites the wrong span, or writes
 arithmetic into an atom (eval/results/drafting). In the slot form each rule kind has
-fixed slots, the shape every shipped bundle's rules have:
+fixed slots, the shape most rules of the shipped bundles have:
 
 - ``unsafe_compliance``: a request condition and an answer condition (the answer goes
   along with a request it must not): ``head :- request, answer``;
