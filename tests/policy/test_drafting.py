@@ -338,3 +338,21 @@ def test_a_reply_cut_off_at_the_token_limit_is_told_so():
     fed = [s for s in seen if s.startswith("Problems found")]
     assert len(fed) == 1 and "cut off at 40 new tokens" in fed[0]
     assert next(s for s in d.spans if s.span == 4).ok  # the second reply was complete
+
+
+def test_slot_spans_that_reuse_a_name_for_another_question_keep_their_own():
+    def script(text, rnd):
+        if "graded essay" in text:
+            return slot_reply([{"what": "graded_essay", "answer": _cond(WRITES),
+                                "request": {**_cond(ESSAY), "name": "asks_for_it"}}])
+        if "refuse to explain" in text:
+            return slot_reply(refusal=[{"what": "topic", "request": {**_cond(TOPIC),
+                                                                      "name": "asks_for_it"}}])
+        return slot_reply()
+
+    d = draft_once(model(script), DOC, split_spans(DOC), rounds=0)
+    questions = {p.name: p.question for p in d.predicates}
+    assert questions["asks_for_it"] == ESSAY["question"]
+    assert questions["asks_for_it_s5"] == TOPIC["question"]
+    assert [x.body for x in d.rules] == ["asks_for_it, writes_whole_essay",
+                                         "asks_for_it_s5, answer_refuses"]

@@ -128,6 +128,26 @@ def _ask(span: Span, spans: Sequence[Span], known: Sequence[DraftPredicate] | No
             f"Reply with the JSON object for part {span.index} (cite span {span.index}).")
 
 
+def _apart(new: Any, preds: Sequence[DraftPredicate], index: int) -> Any:
+    """``new`` with each predicate renamed whose name an earlier span gave another question.
+
+    Slot-form spans are asked alone, so two may pick one name for two conditions; merging
+    them by name would put one span's question into the other's rule. Those that read alike
+    are merged afterwards anyway (merge_predicates).
+    """
+    known = {p.name: p for p in preds}
+    rename = {p.name: f"{p.name}_s{index}" for p in new.predicates
+              if p.name in known and (known[p.name].question, known[p.name].view)
+              != (p.question, p.view)}
+    if not rename:
+        return new
+    return type(new)(
+        rules=[DraftRule(head=r.head, body=rename_body(r.body, rename), span=r.span)
+               for r in new.rules],
+        predicates=[p.model_copy(update={"name": rename.get(p.name, p.name)})
+                    for p in new.predicates])
+
+
 def _check(new: Any, span: Span, preds: list[DraftPredicate], rules: list[DraftRule],
            source: str, cites: dict[int, str], work: Path) -> list[str]:
     """Problems with a proposal: its citations, then loading and linting it with the rest."""
@@ -181,8 +201,8 @@ def draft_once(backend: Any, source: str, spans: Sequence[Span], *, rounds: int 
                 gen = backend.generate([tuple(chat)], params)[0]
                 n_prompt, n_new = n_prompt + gen.n_prompt_tokens, n_new + gen.n_new_tokens
                 try:
-                    new = (slots.parse_slots(gen.text, span.index) if slot
-                           else parse_draft(gen.text))
+                    new = (_apart(slots.parse_slots(gen.text, span.index), preds, span.index)
+                           if slot else parse_draft(gen.text))
                     problems = _check(new, span, preds, rules, source, cites,
                                       Path(tmp) / f"span{span.index}-{r}")
                 except ValueError as exc:
