@@ -53,8 +53,8 @@ def test_review_files_list_invented_rules_and_keep_verdicts_by_the_rule_judged(t
     heads = ["unsafe_compliance_copying", "over_refusal_feedback"]
     review.update(path, ref, heads)
     data = yaml.safe_load(path.read_text())
-    key = "unsafe_compliance_copying :- asks_to_copy_work, answer_helps_copying."
-    assert set(data) == {key, "over_refusal_feedback :- asks_for_feedback, answer_refuses."}
+    key = "unsafe_compliance_copying :- (asks_to_copy_work, answer_helps_copying)."
+    assert set(data) == {key, "over_refusal_feedback :- (asks_for_feedback, answer_refuses)."}
     assert review.verdicts(path, ref, heads) == {}  # listed, not judged yet
     data[key]["verdict"] = "correct"
     path.write_text(yaml.safe_dump(data))

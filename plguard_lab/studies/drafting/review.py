@@ -12,21 +12,19 @@ already written; :func:`verdicts` reads back the judged ones.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import yaml
 
 from plguard.policy.core import Policy
+from plguard.policy.syntax import render
 
 VERDICTS = ("correct", "wrong")
 
 
 def clauses(policy: Policy, head: str) -> list[str]:
-    """The clauses of ``head`` in the policy's own program, one line each."""
-    text = re.sub(r"%[^\n]*", "", policy.user_program)
-    found = re.findall(rf"^\s*({re.escape(head)}\s*:-.*?)\.\s*$", text, re.M | re.S)
-    return [" ".join(c.split()) for c in found]
+    """The clauses of ``head`` in the policy's program, one line each."""
+    return [f"{head} :- {render(r.body)}" for r in policy.program.definitions().get(head, [])]
 
 
 def rule_text(policy: Policy, head: str) -> str:
