@@ -142,8 +142,7 @@ def _apart(new: Any, preds: Sequence[DraftPredicate], index: int) -> Any:
     if not rename:
         return new
     return type(new)(
-        rules=[DraftRule(head=r.head, body=rename_body(r.body, rename), span=r.span)
-               for r in new.rules],
+        rules=rename_rules(new.rules, rename),
         predicates=[p.model_copy(update={"name": rename.get(p.name, p.name)})
                     for p in new.predicates])
 
@@ -251,6 +250,12 @@ def rename_body(body: str, rename: dict[str, str]) -> str:
     return pattern.sub(lambda m: rename[m.group(1)], body)
 
 
+def rename_rules(rules: Sequence[DraftRule], rename: dict[str, str]) -> list[DraftRule]:
+    """``rules`` with each whole predicate name in ``rename`` replaced in their bodies."""
+    return [DraftRule(head=r.head, body=rename_body(r.body, rename), span=r.span)
+            for r in rules]
+
+
 def merge_predicates(preds: Sequence[DraftPredicate], rules: Sequence[DraftRule],
                      into: Sequence[DraftPredicate] = ()
                      ) -> tuple[list[DraftPredicate], list[DraftRule], list[tuple[str, str, str]]]:
@@ -276,9 +281,7 @@ def merge_predicates(preds: Sequence[DraftPredicate], rules: Sequence[DraftRule]
                            f"'{p.meaning}' / '{near[1].meaning}'"))
         else:
             kept.append(p)
-    out = [DraftRule(head=r.head, body=rename_body(r.body, rename), span=r.span)
-           for r in rules]
-    return kept, out, merges
+    return kept, rename_rules(rules, rename), merges
 
 
 def drop_duplicates(rules: Sequence[DraftRule]) -> tuple[list[DraftRule], list[str]]:
@@ -295,4 +298,4 @@ def drop_duplicates(rules: Sequence[DraftRule]) -> tuple[list[DraftRule], list[s
 
 
 __all__ = ["MERGE_RATIO", "SYSTEM", "Draft", "Form", "SpanOutcome", "draft_once", "drop_duplicates",
-           "merge_predicates", "rename_body", "used_names"]
+           "merge_predicates", "rename_body", "rename_rules", "used_names"]

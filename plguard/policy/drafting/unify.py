@@ -91,7 +91,7 @@ def unify(into: Sequence[DraftPredicate], preds: Sequence[DraftPredicate],
     why). A predicate that matched none but shares a name with one of another view is
     renamed with ``suffix``.
     """
-    from plguard.policy.drafting.draft import rename_body
+    from plguard.policy.drafting.draft import rename_rules
 
     base = list(into)
     sims = similarity([text_of(p) for p in preds], [text_of(q) for q in base]) if base else []
@@ -122,9 +122,7 @@ def unify(into: Sequence[DraftPredicate], preds: Sequence[DraftPredicate],
             p = p.model_copy(update={"name": rename[p.name]})
         base.append(p)
         names.add(p.name)
-    out = [DraftRule(head=r.head, body=rename_body(r.body, rename), span=r.span)
-           for r in rules]
-    return base, out, merges
+    return base, rename_rules(rules, rename), merges
 
 
 __all__ = ["UNIFY_AT", "similarity", "text_of", "unify", "words"]
