@@ -143,6 +143,7 @@ def main() -> None:
     from plguard.config import ModelConfig
     from plguard.grounding.resolve import backend_identity
     from plguard.policy import load_policy
+    from plguard.policy.bundle import REQUIRED_FILES
     from plguard.policy.drafting.run import draft_policy
 
     out = Path(a.out)
@@ -181,8 +182,8 @@ def main() -> None:
                     at = out / tag / name / f"at-{t}"
                     shutil.rmtree(at, ignore_errors=True)
                     at.mkdir(parents=True)
-                    for fname in ("policy.md", "predicates.yaml", "policy.pl"):
-                        if (out / tag / name / fname).exists() and rep.policy is not None:
+                    if rep.policy is not None:
+                        for fname in REQUIRED_FILES:
                             shutil.copy(out / tag / name / fname, at / fname)
                 rows = [(a.drafts, t, rep.policy, rep.drafts)]
                 if t == thresholds[0]:

@@ -356,3 +356,22 @@ def test_slot_spans_that_reuse_a_name_for_another_question_keep_their_own():
     assert questions["asks_for_it_s5"] == TOPIC["question"]
     assert [x.body for x in d.rules] == ["asks_for_it, writes_whole_essay",
                                          "asks_for_it_s5, answer_refuses"]
+
+
+def test_a_rerun_that_keeps_nothing_leaves_no_bundle_behind(tmp_path):
+    backend = model(good_slots)
+    inner = backend.generate
+
+    def generate(chats, params):  # the second draft states no rule at all
+        return [type(g)(slot_reply(), 1, 1) for g in inner(chats, params)] \
+            if params.seed == 1 else inner(chats, params)
+
+    backend.generate = generate  # type: ignore[method-assign]
+    src = tmp_path / "POLICY.md"
+    src.write_text(DOC, encoding="utf-8")
+    out = tmp_path / "out"
+    assert draft_policy(backend, src, out, drafts=2, threshold=1).policy is not None
+    assert (out / "policy.pl").exists() and not (out / "drafts" / "1" / "policy.pl").exists()
+    assert draft_policy(backend, src, out, drafts=2).policy is None  # at 2 of 2: nothing
+    assert not any((out / f).exists() for f in ("policy.md", "predicates.yaml", "policy.pl"))
+    assert "no rule reached the threshold" in (out / "lint.txt").read_text()

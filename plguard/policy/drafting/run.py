@@ -27,6 +27,7 @@ from typing import Any
 
 from plguard.errors import PolicyError
 from plguard.policy.agree import RuleAgreement, agreement, world_text
+from plguard.policy.bundle import REQUIRED_FILES
 from plguard.policy.core import Policy
 from plguard.policy.drafting.draft import (
     Draft,
@@ -136,21 +137,30 @@ def draft_policy(backend: Any, source_path: Path, out: Path, *, drafts: int = 3,
     cites = {s.index: s.cite for s in spans}
     policies: list[Policy | None] = []
     for k, rules in enumerate(rules_of):
-        used = used_names(rules)
-        policies.append(write_bundle(out / "drafts" / str(k), source,
-                                     [p for p in unified if p.name in used], rules, cites)
-                        if rules else None)  # a draft with no rule has no bundle
+        # A draft with no rule has no bundle.
+        policies.append(_bundle(out / "drafts" / str(k), source, unified, rules, cites))
     rows = agreement(policies)
     kept_rules, kept = _keep(rows, rules_of, need / drafts)
-    policy = None
-    if kept_rules:
-        used = used_names(kept_rules)
-        policy = write_bundle(out, source, [p for p in unified if p.name in used],
-                              kept_rules, cites)
+    policy = _bundle(out, source, unified, kept_rules, cites)
     report = DraftReport(out, policy, tuple(made), tuple(rows), tuple(kept), tuple(merges))
     _write_vetting(report, spans_total=sum(s.kind != "heading" for s in spans), need=need,
                    unified=unified)
     return report
+
+
+def _bundle(folder: Path, source: str, unified: list[DraftPredicate], rules: list[DraftRule],
+            cites: dict[int, str]) -> Policy | None:
+    """The bundle of ``rules`` in ``folder``; None, and no bundle left there, when none.
+
+    A rerun at another threshold may keep nothing where the last run kept rules: its bundle
+    files go, so the folder never holds rules its README says were not kept.
+    """
+    if not rules:
+        for name in REQUIRED_FILES:
+            (folder / name).unlink(missing_ok=True)
+        return None
+    used = used_names(rules)
+    return write_bundle(folder, source, [p for p in unified if p.name in used], rules, cites)
 
 
 def _keep(rows: list[RuleAgreement], rules_of: list[list[DraftRule]], share: float
