@@ -70,8 +70,9 @@ def similarity(texts_a: Sequence[str], texts_b: Sequence[str]) -> list[list[floa
         return {w: x / norm for w, x in v.items()}
 
     va, vb = [vec(d) for d in docs[:len(texts_a)]], [vec(d) for d in docs[len(texts_a):]]
-    neg_a = [bool(_NOT & set(t.lower().replace("_", " ").split())) for t in texts_a]
-    neg_b = [bool(_NOT & set(t.lower().replace("_", " ").split())) for t in texts_b]
+    # The negations survive words() unchanged (not stop words, no suffix to strip).
+    neg = [bool(_NOT & set(d)) for d in docs]
+    neg_a, neg_b = neg[:len(texts_a)], neg[len(texts_a):]
     return [[sum(x * b.get(w, 0.0) for w, x in a.items()) * (0.5 if na != nb else 1.0)
              for b, nb in zip(vb, neg_b, strict=True)] for a, na in zip(va, neg_a, strict=True)]
 
