@@ -206,6 +206,7 @@ def test_k_drafts_keep_what_all_agree_on_and_show_where_they_differ(tmp_path):
             "for a graded essay to be written for them, but not where the answer is a whole "
             "essay ready to hand in (25% of worlds differ)") in readme
     assert "zero-shot" in readme
+    assert "`plguard policy draft --form free`" in readme  # the author sees how it was asked
     for name in ("lint.txt", "explain.txt", "cases.todo.yaml", "policy.pl"):
         assert (tmp_path / "out" / name).exists()
     assert "0 error(s)" in (tmp_path / "out" / "lint.txt").read_text()
@@ -251,6 +252,7 @@ def test_a_model_that_gives_nothing_usable_leaves_no_bundle_and_says_why(tmp_pat
                      tmp_path / "out", drafts=2, rounds=1)
     assert r.policy is None and r.rows == () and not (tmp_path / "out" / "policy.pl").exists()
     readme = (tmp_path / "out" / "README.md").read_text()
+    assert "--form slots" in readme and "plguard wrote the bodies" in readme
     assert "span 1 (L1) left out after 2 replies: the reply holds no JSON object" in readme
     assert "no rule reached" in (tmp_path / "out" / "lint.txt").read_text()
 

@@ -52,6 +52,7 @@ class DraftReport:
     rows: tuple[RuleAgreement, ...]
     kept: tuple[tuple[int, str], ...]  # (draft, head) of the kept rules
     merges: tuple[tuple[str, str, str], ...]  # across drafts
+    form: str = "slots"  # how the model was asked for rules (plguard.policy.drafting.slots)
 
 
 def _key(source: str, settings: dict[str, Any]) -> str:
@@ -142,7 +143,8 @@ def draft_policy(backend: Any, source_path: Path, out: Path, *, drafts: int = 3,
     rows = agreement(policies)
     kept_rules, kept = _keep(rows, rules_of, need / drafts)
     policy = _bundle(out, source, unified, kept_rules, cites)
-    report = DraftReport(out, policy, tuple(made), tuple(rows), tuple(kept), tuple(merges))
+    report = DraftReport(out, policy, tuple(made), tuple(rows), tuple(kept), tuple(merges),
+                         form)
     _write_vetting(report, spans_total=sum(s.kind != "heading" for s in spans), need=need,
                    unified=unified)
     return report
@@ -185,6 +187,10 @@ def _keep(rows: list[RuleAgreement], rules_of: list[list[DraftRule]], share: flo
     return out, kept
 
 
+_FORM_SAYS = {"slots": "the model filled each rule kind's conditions; plguard wrote the bodies",
+             "free": "the model wrote the rule bodies"}
+
+
 def _write_vetting(r: DraftReport, *, spans_total: int, need: int,
                    unified: list[DraftPredicate]) -> None:
     from plguard.policy.cases import cases_yaml, generate_cases
@@ -194,7 +200,8 @@ def _write_vetting(r: DraftReport, *, spans_total: int, need: int,
     k = len(r.drafts)
     meaning = {p.name: p.meaning for p in unified}
     lines = [f"# Drafted policy ({k} draft{'s' if k > 1 else ''}, kept at {need}/{k})", "",
-             "Drafted by `plguard policy draft` from `policy.md`. **Vet it before use**: read",
+             f"Drafted by `plguard policy draft --form {r.form}` from `policy.md` "
+             f"({_FORM_SAYS[r.form]}). **Vet it before use**: read",
              "`explain.txt` and `lint.txt`, check each case in `cases.todo.yaml` and save the",
              "ones you agree with as `cases.yaml` (`plguard policy test` runs them), compare",
              "with another bundle with `plguard policy diff`.", "",
