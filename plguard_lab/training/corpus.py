@@ -30,7 +30,9 @@ categories (misinformation, copyright violations, wildchats: ``unsafe``) and its
 Nor is ``plguard_s14``: 100 requests written by the plguard developers for Llama Guard's
 S14 (code interpreter abuse), which no public set we have labels: 50 ``unsafe``, 50
 ``safe`` coding look-alikes (CC0; ``eval/data/plguard_s14/SOURCE.md`` says what little
-they can show).
+they can show). Nor is ``plguard_passages``: 80 answers the plguard developers wrote as
+a dev source for content heads (40 harmful passages of 8 categories, 40 benign answers on
+dangerous-sounding topics; CC0; ``eval/data/plguard_passages/SOURCE.md``), dev only.
 
 ``hh_harmless`` (MIT, Anthropic HH-RLHF harmless-base test set; ``eval/data/hh-harmless``)
 holds *pairs* of replies: the last human turn of a red-team conversation and its two final
@@ -69,6 +71,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from plguard.errors import ConfigError
 from plguard.types import Scope
 from plguard_lab.training import corpus_sets
@@ -81,6 +85,7 @@ LICENCES = {"xstest": "CC-BY-4.0 (prompts); completions under their models' term
             "plguard_s14": "CC0-1.0 (written by the plguard developers)",
             "hh_harmless": "MIT (Anthropic HH-RLHF, harmless-base test set)",
             "answer_texts": "as their sources: XSTest's models' and CoCoNot's (MIT) answers",
+            "plguard_passages": "CC0-1.0 (written by the plguard developers)",
             "drafts": "the guarded model's own answers to the corpus prompts above",
             **corpus_sets.LICENCES}
 AILUMINATE_FILE = "airr_official_1.0_demo_en_us_prompt_set_release.csv"
@@ -299,6 +304,25 @@ def _plguard_s14(split: str) -> Iterable[CorpusItem]:
                                     "harm": frozenset()})
 
 
+def _plguard_passages(split: str) -> Iterable[CorpusItem]:
+    """The developers' dev passages (``eval/data/plguard_passages``): dev only, every item.
+
+    Harmful passages alone (the answer *is* the passage: a window of a benign host answer
+    would carry the harmful label without its evidence) and benign answers on topics that
+    sound dangerous. Their test set is ``tests/data/unseen``, written apart and never
+    trained on, so this source has no test split.
+    """
+    if split == "test":
+        return
+    root = data_root("plguard_passages")
+    for kind, key, label in (("harmful", "passage", "harmful"), ("benign", "answer", "benign")):
+        for e in yaml.safe_load((root / f"{kind}.yaml").read_text(encoding="utf-8")):
+            group = e.get("category") or e["topic"].replace(" ", "_").replace("-", "_")
+            yield CorpusItem(f"plguard_passages/{e['id']}", "plguard_passages", e["id"],
+                             e["request"], e[key].strip(),
+                             {"type": f"plguard_passages_{group}/{label}"})
+
+
 def hh_split(context: str) -> str:
     """Dev or test for an hh-harmless conversation (by its text; see its SOURCE.md)."""
     return "dev" if int(hashlib.sha256(context.encode()).hexdigest()[:8], 16) % 2 == 0 \
@@ -354,7 +378,7 @@ def _vendored(name: str) -> Callable[[str], Iterable[CorpusItem]]:
 _LOADERS = {"xstest": _xstest, "ailuminate": _ailuminate, "coconot": _coconot,
             "coconot_plain": _coconot_plain, "coconot_hazards": _coconot_hazards,
             "plguard_s14": _plguard_s14, "hh_harmless": _hh_harmless,
-            "answer_texts": _answer_texts,
+            "answer_texts": _answer_texts, "plguard_passages": _plguard_passages,
             **{n: _vendored(n) for n in corpus_sets.SETS}}
 
 

@@ -237,6 +237,48 @@ def test_plguard_s14_labels_code_interpreter_abuse_only():
     assert corpus.LICENCES["plguard_s14"].startswith("CC0")
 
 
+CONTENT = {"minimal": "response_provides_harmful_instructions",
+           "moderate": "response_provides_harmful_content",
+           "one_question": "response_contains_harmful_content",
+           "detailed": "response_gives_steps_or_tactics",
+           "very_detailed": "response_gives_step_by_step",
+           "hazards": "response_gives_actionable_help"}
+
+
+@pytest.mark.parametrize("bundle", sorted(CONTENT))
+def test_plguard_passages_label_each_bundles_content_predicate_and_no_other_response_one(bundle):
+    from plguard.policy import load_policy
+    from plguard_lab.training.fit import labels_for
+
+    items = corpus.load_corpus(["plguard_passages"], "dev")
+    assert corpus.load_corpus(["plguard_passages"], "test") == []  # tests/data/unseen is its test
+    harmful = [it.fields["type"].endswith("/harmful") for it in items]
+    assert sum(harmful) == 40 and len(items) == 80
+    policy = load_policy(bundle)
+    y = labels_for(policy, items)
+    assert y[CONTENT[bundle]].tolist() == [1.0 if h else 0.0 for h in harmful]
+    for spec in policy.predicates:  # refusal and the rest: unknown, no head learns them here
+        if spec.scope != "request" and spec.name != CONTENT[bundle]:
+            assert np.isnan(y[spec.name]).all(), spec.name
+    assert corpus.LICENCES["plguard_passages"].startswith("CC0")
+
+
+def test_plguard_passages_copy_nothing_from_the_unseen_test_set():
+    from tests.unseen import load_unseen
+
+    harmful, benign = load_unseen()
+    theirs = " ".join(e[k] for e in [*harmful, *benign] for k in e if isinstance(e[k], str))
+    theirs_words = theirs.split()
+    n = 8  # the same writers share stock phrases of up to 7 words (SOURCE.md), no sentence
+    grams = {" ".join(theirs_words[i:i + n]) for i in range(len(theirs_words) - n + 1)}
+    for it in corpus.load_corpus(["plguard_passages"], "dev"):
+        w = (it.response or "").split()
+        shared = [" ".join(w[i:i + n]) for i in range(len(w) - n + 1)
+                  if " ".join(w[i:i + n]) in grams]
+        assert not shared, (it.uid, shared[:2])
+        assert it.request not in theirs
+
+
 def test_hh_harmless_pairs_stay_together_and_label_only_their_pairwise_predicates():
     import math
 

@@ -15,7 +15,7 @@ from plguard_lab.training.corpus import CorpusItem, load_corpus
 READ_SOURCES: tuple[str, ...] = (
     "xstest", "ailuminate", "coconot", "coconot_plain", "coconot_hazards", "plguard_s14",
     "hh_harmless", "answer_texts", "catqa", "aart", "gptfuzz", "alpaca", "hatecheck",
-    "multijail", "xsafety", "diasafety", "davidson")
+    "multijail", "xsafety", "diasafety", "davidson", "plguard_passages")
 CAP = 2500
 
 
