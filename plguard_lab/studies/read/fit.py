@@ -39,6 +39,15 @@ UNJUDGED_REQUEST = ("xsafety", "hatecheck", "davidson", "answer_texts")
 # (eval/results/read-embedded/alt-minimal-content-mil21): five answer sources do not
 # choose a readout that transfers, so the prior's rule stays.
 UNJUDGED_ANSWER: tuple[str, ...] = ()
+# Which predicates' readouts are searched by default: the request heads'. A content head
+# stays at the prior (mean at half depth) unless asked: twice the search picked a readout
+# that won on the worst dev source and lost on the unseen passages (mean+mil@21 above;
+# with plguard_passages in dev, mean+mil@18 strength 10: worst 0.604 against the prior's
+# 0.569, plguard_passages itself 0.809 against 0.854, on the set's first version; on the
+# unseen passages 44 of 48 harmful answers stopped but 5 of 24 benign refused, against the
+# prior's 38 and 0, eval/results/read-embedded/alt-minimal-content-mil18). Five answer
+# sources and our own 80 passages do not choose a content readout that transfers.
+SEARCH = "requests"
 
 
 def predicate_views(policy: Any) -> dict[str, str]:
@@ -60,9 +69,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--model", default="embedded")
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--sources", default=",".join(READ_SOURCES))
-    ap.add_argument("--search", default="all", help="predicates whose readout, layer and "
-                    "strength are searched (comma list, 'all' or 'none'); the others fit "
-                    "the prior")
+    ap.add_argument("--search", default=SEARCH, help="predicates whose readout, layer "
+                    "and strength are searched (comma list, 'requests', 'all' or 'none'); "
+                    "the others fit the prior. Default: request predicates only (SEARCH)")
     ap.add_argument("--pair-heads", default="shipped", help="heads file whose pair "
                     "predicates' heads are kept ('shipped', a path, or 'none')")
     ap.add_argument("--untrained-request", default=",".join(UNTRAINED_REQUEST),
@@ -112,7 +121,8 @@ def run(args: argparse.Namespace) -> int:
     labels = labels_for(policy, items)
     pairs = pairs_of(items)
     search = (set(views) if args.search == "all" else set() if args.search == "none"
-              else set(args.search.split(",")))
+              else {n for n, v in views.items() if v == "request"}
+              if args.search == "requests" else set(args.search.split(",")))
     log = out / f"fits-{policy.name}.jsonl"
     done = {}
     if log.exists():
