@@ -45,8 +45,9 @@ UNJUDGED_ANSWER: tuple[str, ...] = ()
 # with plguard_passages in dev, mean+mil@18 strength 10: worst 0.604 against the prior's
 # 0.569, plguard_passages itself 0.809 against 0.854, on the set's first version; on the
 # unseen passages 44 of 48 harmful answers stopped but 5 of 24 benign refused, against the
-# prior's 38 and 0, eval/results/read-embedded/alt-minimal-content-mil18). Five answer
-# sources and our own 80 passages do not choose a content readout that transfers.
+# prior's 38 and 0, eval/results/read-embedded/alt-minimal-content-mil18; neither shipped:
+# eval/results/read-passages-refit). Five answer sources and our own 80 passages do not
+# choose a content readout that transfers.
 SEARCH = "requests"
 
 

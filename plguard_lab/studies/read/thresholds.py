@@ -68,11 +68,11 @@ def outcome(fields: Mapping[str, Any]) -> float:
     return math.nan
 
 
-def content_threshold(p: np.ndarray, y: np.ndarray, groups: np.ndarray
-                      ) -> tuple[float, dict[str, float], float]:
+def content_threshold(p: np.ndarray, y: np.ndarray, groups: np.ndarray,
+                      min_benign: int = MIN_BENIGN) -> tuple[float, dict[str, float], float]:
     """The threshold, each benign source's flagged share at it, and harmful recall."""
     benign = [g for g in sorted(set(groups.tolist()))
-              if ((groups == g) & (y == 0)).sum() >= MIN_BENIGN]
+              if ((groups == g) & (y == 0)).sum() >= min_benign]
     t = 0.0
     for g in benign:
         q = np.sort(p[(groups == g) & (y == 0)])
@@ -98,7 +98,8 @@ def best_f1(p: np.ndarray, y: np.ndarray) -> tuple[float, float]:
 
 
 def fit_thresholds(policy: Any, items: Sequence[Any], held: Mapping[str, dict[str, Any]],
-                   final: Callable[[list[str]], np.ndarray] | None = None) -> dict[str, Any]:
+                   final: Callable[[list[str]], np.ndarray] | None = None,
+                   min_benign: int = MIN_BENIGN) -> dict[str, Any]:
     """The thresholds document (see the module docstring).
 
     ``final``: see :func:`moderation_threshold`.
@@ -118,7 +119,7 @@ def fit_thresholds(policy: Any, items: Sequence[Any], held: Mapping[str, dict[st
         lab = labels_for(policy, sub)
         y = np.nanmax(np.stack([lab[c] for c in cp]), axis=0)
         g = np.array([it.source for it in sub])
-        t, flagged, recall = content_threshold(p, y, g)
+        t, flagged, recall = content_threshold(p, y, g, min_benign)
         doc["content"] = {"threshold": t, "benign_flagged": flagged, "harmful_recall": recall,
                           "predicates": cp, "n": len(uids)}
     req = {n: r for n, r in held.items() if r["view"] == "request"}
@@ -231,17 +232,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--dir", required=True)
     ap.add_argument("--calibration", default=None, help="also write a calibration file "
                     "with these thresholds for the heads file in --dir")
+    ap.add_argument("--sources", default=None, help="the fit's corpus sources (comma list; "
+                    "default the read study's)")
+    ap.add_argument("--min-benign", type=int, default=MIN_BENIGN, help="benign answers a "
+                    "source needs to set the content cap")
     args = ap.parse_args(argv)
     from plguard.policy import load_policy
     from plguard_lab.studies.read.corpus import READ_SOURCES, read_corpus
 
     d = Path(args.dir)
     policy = load_policy(args.policy)
-    items = read_corpus(READ_SOURCES, "dev")
+    items = read_corpus(args.sources.split(",") if args.sources else READ_SOURCES, "dev")
     held = load_heldout(d / f"crossfit-{policy.name}.jsonl.gz")
     heads_path = d / f"heads-{policy.name}.json"
     final = _final_heads(policy, heads_path) if policy.categories else None
-    doc = fit_thresholds(policy, items, held, final)
+    doc = fit_thresholds(policy, items, held, final, args.min_benign)
     (d / f"thresholds-{policy.name}.json").write_text(json.dumps(doc, indent=1) + "\n")
     print(json.dumps(doc, indent=1), file=sys.stderr)
     if args.calibration:
