@@ -121,9 +121,9 @@ def run(args: argparse.Namespace) -> int:
                               if not only or n in only))
     labels = labels_for(policy, items)
     pairs = pairs_of(items)
-    search = (set(views) if args.search == "all" else set() if args.search == "none"
-              else {n for n, v in views.items() if v == "request"}
-              if args.search == "requests" else set(args.search.split(",")))
+    named = {"all": set(views), "none": set(),
+             "requests": {n for n, v in views.items() if v == "request"}}
+    search = named.get(args.search, set(args.search.split(",")))
     log = out / f"fits-{policy.name}.jsonl"
     done = {}
     if log.exists():

@@ -39,6 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from plguard_lab.studies.read.corpus import READ_SOURCES
+
 MAX_BENIGN_FLAGGED = 0.05
 MIN_BENIGN = 20
 
@@ -232,17 +234,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--dir", required=True)
     ap.add_argument("--calibration", default=None, help="also write a calibration file "
                     "with these thresholds for the heads file in --dir")
-    ap.add_argument("--sources", default=None, help="the fit's corpus sources (comma list; "
-                    "default the read study's)")
+    ap.add_argument("--sources", default=",".join(READ_SOURCES),
+                    help="the fit's corpus sources (comma list)")
     ap.add_argument("--min-benign", type=int, default=MIN_BENIGN, help="benign answers a "
                     "source needs to set the content cap")
     args = ap.parse_args(argv)
     from plguard.policy import load_policy
-    from plguard_lab.studies.read.corpus import READ_SOURCES, read_corpus
+    from plguard_lab.studies.read.corpus import read_corpus
 
     d = Path(args.dir)
     policy = load_policy(args.policy)
-    items = read_corpus(args.sources.split(",") if args.sources else READ_SOURCES, "dev")
+    items = read_corpus(args.sources.split(","), "dev")
     held = load_heldout(d / f"crossfit-{policy.name}.jsonl.gz")
     heads_path = d / f"heads-{policy.name}.json"
     final = _final_heads(policy, heads_path) if policy.categories else None
