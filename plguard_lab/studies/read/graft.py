@@ -56,6 +56,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  description=__doc__.splitlines()[0])
     ap.add_argument("--policy", required=True)
     ap.add_argument("--dir", required=True)
+    ap.add_argument("--sources", default=None, help="the fit's corpus sources (comma list; "
+                    "default: the read study's)")
     args = ap.parse_args(argv)
     from plguard.heads.artefact import load_heads, shipped_heads
     from plguard.policy import load_policy
@@ -68,7 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if path is None:
         raise SystemExit(f"{policy.name}: no shipped heads to graft onto")
     sources: dict[str, int] = {}
-    for it in read_corpus(READ_SOURCES, "dev"):
+    names = args.sources.split(",") if args.sources else list(READ_SOURCES)
+    for it in read_corpus(names, "dev"):
         if it.response is not None:  # what a content head is fitted on
             sources[it.source] = sources.get(it.source, 0) + 1
     doc = graft(policy, json.loads(Path(path).read_text()),

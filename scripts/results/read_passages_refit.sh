@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Content heads refitted with the developers' dev passages (eval/data/plguard_passages) in
+# the corpus, every other head as shipped (docs/quality.md, *Dev passages of our own*).
+# Every stage is resumable: a fit skips predicates already in OUT/fits-POLICY.jsonl, the
+# unseen run answers already written.
+#
+#   POLICY=minimal scripts/results/read_passages_refit.sh seed        request records of the
+#                                     shipped fit (and their cross-fitted P's) into OUT
+#   POLICY=minimal scripts/results/read_passages_refit.sh fit         the content heads
+#   POLICY=minimal scripts/results/read_passages_refit.sh thresholds  content (and unsafe) thresholds
+#   POLICY=minimal scripts/results/read_passages_refit.sh test        test split at those
+#   POLICY=minimal scripts/results/read_passages_refit.sh unseen      tests/data/unseen through
+#                                     Guard.check with OUT's heads (read, never fitted on)
+#   POLICY=minimal scripts/results/read_passages_refit.sh all         the five stages above
+#
+# POLICY: minimal, detailed (grafted onto its shipped request heads), moderate,
+# one_question, very_detailed. OUT defaults to eval/results/read-passages-refit.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+POLICY=${POLICY:-minimal}
+OUT=${OUT:-eval/results/read-passages-refit}
+SHIPPED=eval/results/read-embedded
+SOURCES=$(python3 -c "from plguard_lab.studies.read.corpus import READ_SOURCES as s; \
+print(','.join(s))"),plguard_passages
+case "$POLICY" in
+minimal)       ONLY=response_provides_harmful_instructions; PAIRS=shipped ;;
+detailed)      ONLY=response_gives_steps_or_tactics,response_gives_material_details
+               PAIRS=shipped ;;
+moderate)      ONLY=response_provides_harmful_content; PAIRS=none ;;
+one_question)  ONLY=response_contains_harmful_content; PAIRS=none ;;
+very_detailed) ONLY=$(python3 -c "from plguard.policy import load_policy; \
+from plguard_lab.training.fit import content_predicates as c; \
+print(','.join(sorted(c(load_policy('very_detailed')))))"); PAIRS=none ;;
+*) echo "POLICY must be one of minimal, detailed, moderate, one_question, very_detailed" >&2
+   exit 2 ;;
+esac
+m() { python3 -m "plguard_lab.studies.read.$1" "${@:2}"; }
+# detailed's content heads are grafted onto its shipped heads (its unsafe threshold needs
+# request heads it does not have alone; graft.py says why).
+suffix() { [ "$POLICY" = detailed ] && echo "-content" || true; }
+
+seed() {
+  mkdir -p "$OUT"
+  [ -e "$OUT/fits-$POLICY.jsonl" ] && { echo "$OUT/fits-$POLICY.jsonl exists: kept"; return; }
+  python3 - "$SHIPPED" "$OUT" "$POLICY" "$ONLY" <<'EOF'
+import gzip, json, sys
+from pathlib import Path
+src, out, policy, only = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], sys.argv[4]
+only = set(only.split(","))
+keep = [l for l in (src / f"fits-{policy}.jsonl").read_text().splitlines()
+        if json.loads(l)["name"] not in only]
+(out / f"fits-{policy}.jsonl").write_text("".join(l + "\n" for l in keep))
+cf = src / f"crossfit-{policy}.jsonl.gz"
+if cf.exists():
+    with gzip.open(cf, "rt", encoding="utf-8") as fh:
+        members = [l for l in fh if json.loads(l)["name"] not in only]
+    with gzip.open(out / f"crossfit-{policy}.jsonl.gz", "wt", encoding="utf-8") as fh:
+        fh.writelines(members)
+print(f"seeded {len(keep)} shipped records of {policy} into {out}")
+EOF
+}
+
+fit() {
+  m fit --policy "$POLICY" --out "$OUT" --search none --pair-heads "$PAIRS" --only "$ONLY" \
+    --sources "$SOURCES"
+}
+
+thresholds() {
+  m thresholds --policy "$POLICY" --dir "$OUT" --calibration "$OUT/calibration-$POLICY.json" \
+    --sources "$SOURCES"
+  if [ "$POLICY" = detailed ]; then
+    m graft --policy detailed --dir "$OUT" --sources "$SOURCES"
+  fi
+}
+
+test_split() {
+  m test_report --policy "$POLICY" --heads "$OUT/heads-$POLICY$(suffix).json" \
+    --calibration "$OUT/calibration-$POLICY$(suffix).json" --out "$OUT"
+}
+
+unseen() {
+  python3 scripts/results/read_unseen.py --policy "$POLICY" --out "$OUT" \
+    --heads "$OUT/heads-$POLICY$(suffix).json" \
+    --calibration "$OUT/calibration-$POLICY$(suffix).json"
+}
+
+case "${1:?stage}" in
+seed) seed ;;
+fit) fit ;;
+thresholds) thresholds ;;
+test) test_split ;;
+unseen) unseen ;;
+all) seed; fit; thresholds; test_split; unseen ;;
+*) echo "unknown stage $1" >&2; exit 2 ;;
+esac
