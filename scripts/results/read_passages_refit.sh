@@ -13,6 +13,12 @@
 #                                     Guard.check with OUT's heads (read, never fitted on)
 #   POLICY=minimal scripts/results/read_passages_refit.sh all         the five stages above
 #
+# The threshold rule is the study's default (every benign dev answer source of >= 20
+# answers at most 5% flagged), fixed before this refit was run (2026-12-07): with 120
+# benign answers plguard_passages sets its cap at its 7th highest cross-fitted score.
+# The heads ship only if `make check` passes with them (tests/test_content_leak.py decided
+# against the 80-passage refit).
+#
 # POLICY: minimal, detailed (grafted onto its shipped request heads), moderate,
 # one_question, very_detailed. OUT defaults to eval/results/read-passages-refit.
 set -euo pipefail
