@@ -20,11 +20,13 @@
 # against the 80-passage refit).
 #
 # POLICY: minimal, detailed (grafted onto its shipped request heads), moderate,
-# one_question, very_detailed. OUT defaults to eval/results/read-passages-refit.
+# one_question, very_detailed. OUT defaults to eval/results/read-passages-160 (the refit
+# with the 80 passages of the first version, run stage by stage by hand, is in
+# eval/results/read-passages-refit).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 POLICY=${POLICY:-minimal}
-OUT=${OUT:-eval/results/read-passages-refit}
+OUT=${OUT:-eval/results/read-passages-160}
 SHIPPED=eval/results/read-embedded
 SOURCES=$(python3 -c "from plguard_lab.studies.read.corpus import READ_SOURCES as s; \
 print(','.join(s))"),plguard_passages
