@@ -81,9 +81,13 @@ thresholds() {
   fi
 }
 
+# The test split's answer sources, and only the refitted (content) heads: the request heads
+# are the shipped fit's, reported in eval/results/read-embedded/test-*.md.
+TEST_SOURCES=xstest,coconot,coconot_hazards,hh_harmless,gptfuzz,diasafety
 test_split() {
   m test_report --policy "$POLICY" --heads "$OUT/heads-$POLICY$(suffix).json" \
-    --calibration "$OUT/calibration-$POLICY$(suffix).json" --out "$OUT"
+    --calibration "$OUT/calibration-$POLICY$(suffix).json" --out "$OUT" \
+    --sources "$TEST_SOURCES" --only "$ONLY"
 }
 
 unseen() {

@@ -117,6 +117,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--heads", required=True)
     ap.add_argument("--calibration", default=None)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--sources", default=None, help="test sources (comma list; default: "
+                    "the read study's); e.g. the answer sources alone for content heads")
+    ap.add_argument("--only", default="", help="report only these predicates (comma list)")
     args = ap.parse_args(argv)
     from plguard.backends import load_backend
     from plguard.config import ModelConfig
@@ -134,7 +137,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                   if args.calibration else {})
     backend = load_backend(ModelConfig.model_validate({}))
     ex = AloneExtractor(backend, FeatureStore(default_store_path(backend)))
-    items = read_corpus(READ_SOURCES, "test")
+    sources = args.sources.split(",") if args.sources else list(READ_SOURCES)
+    only = {x for x in args.only.split(",") if x}
+    items = read_corpus(sources, "test")
     ex.run(items)
     labels = labels_for(policy, items)
     views = predicate_views(policy)
@@ -144,9 +149,13 @@ def main(argv: Sequence[str] | None = None) -> int:
              f"Heads `{hf.label}`; items: the read corpus's test split (never fitted on, "
              "never used to choose). Figures per source; a one-class source is ranked "
              "against the other class of each other source.", ""]
+    if args.sources or only:
+        lines += [f"Sources: {', '.join(sources)}; predicates: "
+                  f"{', '.join(sorted(only)) if only else 'all alone heads'}.", ""]
+    doc["sources"], doc["only"] = sources, sorted(only)
     for spec in policy.predicates:
         h = hf.heads.get(spec.name)
-        if h is None or h.readout != "alone":
+        if h is None or h.readout != "alone" or (only and spec.name not in only):
             continue
         idx, p = score_items(hf, spec.name, views[spec.name], ex, items)
         y = labels[spec.name][idx]
