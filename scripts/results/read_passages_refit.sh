@@ -16,8 +16,9 @@
 # The threshold rule is the study's default (every benign dev answer source of >= 20
 # answers at most 5% flagged), fixed before this refit was run (2026-12-07): with 120
 # benign answers plguard_passages sets its cap at its 7th highest cross-fitted score.
-# The heads ship only if `make check` passes with them (tests/test_content_leak.py decided
-# against the 80-passage refit).
+# The heads ship only if the tests that read them pass (`--runslow` tests/test_content_leak.py,
+# which decided against the 80-passage refit, tests/test_unseen_passages.py, tests/heads;
+# CI's `make check` runs the rest).
 #
 # POLICY: minimal, detailed (grafted onto its shipped request heads), moderate,
 # one_question, very_detailed. OUT defaults to eval/results/read-passages-160 (the refit
