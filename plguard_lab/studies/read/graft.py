@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from plguard_lab.studies.read.corpus import READ_SOURCES
+
 
 def graft(policy: Any, shipped: dict[str, Any], fitted: dict[str, Any],
           content_sources: dict[str, int]) -> dict[str, Any]:
@@ -56,12 +58,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  description=__doc__.splitlines()[0])
     ap.add_argument("--policy", required=True)
     ap.add_argument("--dir", required=True)
-    ap.add_argument("--sources", default=None, help="the fit's corpus sources (comma list; "
-                    "default: the read study's)")
+    ap.add_argument("--sources", default=",".join(READ_SOURCES),
+                    help="the fit's corpus sources (comma list)")
     args = ap.parse_args(argv)
     from plguard.heads.artefact import load_heads, shipped_heads
     from plguard.policy import load_policy
-    from plguard_lab.studies.read.corpus import READ_SOURCES, read_corpus
+    from plguard_lab.studies.read.corpus import read_corpus
     from plguard_lab.studies.read.thresholds import write_calibration
 
     d = Path(args.dir)
@@ -70,8 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if path is None:
         raise SystemExit(f"{policy.name}: no shipped heads to graft onto")
     sources: dict[str, int] = {}
-    names = args.sources.split(",") if args.sources else list(READ_SOURCES)
-    for it in read_corpus(names, "dev"):
+    for it in read_corpus(args.sources.split(","), "dev"):
         if it.response is not None:  # what a content head is fitted on
             sources[it.source] = sources.get(it.source, 0) + 1
     doc = graft(policy, json.loads(Path(path).read_text()),

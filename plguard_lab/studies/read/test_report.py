@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from plguard.stats import auroc
+from plguard_lab.studies.read.corpus import READ_SOURCES
 
 
 def _f(x: float) -> str:
@@ -117,15 +118,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--heads", required=True)
     ap.add_argument("--calibration", default=None)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--sources", default=None, help="test sources (comma list; default: "
-                    "the read study's); e.g. the answer sources alone for content heads")
+    ap.add_argument("--sources", default=",".join(READ_SOURCES), help="test sources (comma "
+                    "list); e.g. the answer sources alone for content heads")
     ap.add_argument("--only", default="", help="report only these predicates (comma list)")
     args = ap.parse_args(argv)
     from plguard.backends import load_backend
     from plguard.config import ModelConfig
     from plguard.heads.artefact import load_heads
     from plguard.policy import load_policy
-    from plguard_lab.studies.read.corpus import READ_SOURCES, read_corpus
+    from plguard_lab.studies.read.corpus import read_corpus
     from plguard_lab.studies.read.fit import predicate_views
     from plguard_lab.training.alone_features import AloneExtractor
     from plguard_lab.training.features import FeatureStore, default_store_path
@@ -137,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   if args.calibration else {})
     backend = load_backend(ModelConfig.model_validate({}))
     ex = AloneExtractor(backend, FeatureStore(default_store_path(backend)))
-    sources = args.sources.split(",") if args.sources else list(READ_SOURCES)
+    sources = args.sources.split(",")
     only = {x for x in args.only.split(",") if x}
     items = read_corpus(sources, "test")
     ex.run(items)
@@ -149,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
              f"Heads `{hf.label}`; items: the read corpus's test split (never fitted on, "
              "never used to choose). Figures per source; a one-class source is ranked "
              "against the other class of each other source.", ""]
-    if args.sources or only:
+    if sources != list(READ_SOURCES) or only:
         lines += [f"Sources: {', '.join(sources)}; predicates: "
                   f"{', '.join(sorted(only)) if only else 'all alone heads'}.", ""]
     doc["sources"], doc["only"] = sources, sorted(only)
