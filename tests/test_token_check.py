@@ -181,7 +181,10 @@ def test_on_the_embedded_model_a_benign_answer_flows_and_a_harmful_passage_stays
     events = list(guard.stream(h["request"], source=_source(text)))
     out = "".join(e.text for e in events if isinstance(e, StreamChunk))
     assert events[-1].blocked
-    sentences = [s.strip() for s in h["long_answer"].replace("\n", " ").split(".")
+    # The harmful passage and everything after it stay; the benign lead-in of h01's answer
+    # may flow before the stop (what a reader of the stream would see anyway).
+    start = h["long_answer"].index(h["passage"][:60])
+    sentences = [s.strip() for s in h["long_answer"][start:].replace("\n", " ").split(".")
                  if len(s.strip()) > 20]
-    assert not [s for s in sentences if s in out]
+    assert sentences and not [s for s in sentences if s in out]
     assert out.startswith(b["answer"][:200])  # the benign opening did flow
