@@ -10,7 +10,9 @@ is streamed from a fake source (4 words a piece, 10 ms apart: an upstream), with
 2. each harmful passage there (the long form) between two benign answers: how many of
    its sentences reached the client, and the decision;
 3. cost: the token check's incremental forward over an answer arriving in pieces against
-   one forward over the whole answer alone (same view, same layers), per benign answer;
+   one forward over the whole answer alone (same view): the whole model (the target's
+   yardstick), and only as deep as the heads read (the meter stops there too), per
+   benign answer;
 4. lag: the token check releases ``stream.token_lag`` tokens behind what it read, by
    construction; the seconds from a piece's arrival to its release are printed too.
 
@@ -74,8 +76,10 @@ def stream(guard: Guard, request: str, text: str
     return chunks, end, lags
 
 
-def cost(guard: Guard, text: str, step: int | None = None) -> tuple[float, float, int, int]:
-    """Seconds: the meter fed as a stream feeds it, one forward over the whole answer.
+def cost(guard: Guard, text: str, step: int | None = None
+         ) -> tuple[float, float, float, int, int]:
+    """Seconds: the meter fed as a stream feeds it, one forward over the whole answer (the
+    whole model), one forward over it as deep as the meter reads.
 
     The answer arrives 4 words at a time; the meter reads it in the stream's steps
     (``step``, default ``stream.token_step`` tokens, ending at word boundaries), then the
@@ -83,6 +87,7 @@ def cost(guard: Guard, text: str, step: int | None = None) -> tuple[float, float
     """
     import torch
 
+    from plguard.backends.incremental import IncrementalStates
     from plguard.grounding.alone import render_alone
     from plguard.grounding.prompt import escape_data
     from plguard.stream_cuts import window_end
@@ -106,7 +111,11 @@ def cost(guard: Guard, text: str, step: int | None = None) -> tuple[float, float
     t0 = time.perf_counter()
     with torch.inference_mode():
         b.model(input_ids=torch.tensor([ids]), output_hidden_states=True, logits_to_keep=1)
-    return t_inc, time.perf_counter() - t0, meter.tokens_forwarded, len(ids)
+    t_one = time.perf_counter() - t0
+    once = IncrementalStates(b, meter.reader.before, meter.reader.layers)
+    t0 = time.perf_counter()
+    once.feed(escape_data(text))
+    return t_inc, t_one, time.perf_counter() - t0, meter.tokens_forwarded, len(ids)
 
 
 def main() -> None:
@@ -168,13 +177,16 @@ def main() -> None:
               f"of the refused streams, five words of the passage in "
               f"{sum(n > 0 for n in runs_by[on] if n >= 0)}")
     print("\n3. cost: incremental token check vs one forward over the whole answer")
-    ratios = []
+    ratios, same = [], []
     for e in data["benign"][:a.benign]:
-        t_inc, t_one, n_inc, n_one = cost(guards[True], e["answer"])
+        t_inc, t_one, t_deep, n_inc, n_one = cost(guards[True], e["answer"])
         ratios.append(t_inc / t_one)
-        print(f"  {e['id']:<5} {t_inc:6.2f} s vs {t_one:5.2f} s ({t_inc / t_one:4.2f}x); tokens "
-              f"forwarded {n_inc} vs {n_one}", flush=True)
-    print(f"  median {statistics.median(ratios):.2f}x (target <= 1.3x)")
+        same.append(t_inc / t_deep)
+        print(f"  {e['id']:<5} {t_inc:6.2f} s vs {t_one:5.2f} s ({t_inc / t_one:4.2f}x); as deep "
+              f"as the heads read {t_deep:5.2f} s ({t_inc / t_deep:4.2f}x); tokens forwarded "
+              f"{n_inc} vs {n_one}", flush=True)
+    print(f"  median {statistics.median(ratios):.2f}x against the whole model (target <= 1.3x), "
+          f"{statistics.median(same):.2f}x against one forward as deep")
     print(f"\n4. lag: text is released stream.token_lag = "
           f"{guards[True].config.stream.token_lag} tokens behind the newest token read "
           f"(read every stream.token_step = {guards[True].config.stream.token_step}); "
