@@ -145,12 +145,12 @@ def test_incremental_states_equal_one_forward(embedded_backend):
     assert cos.min() > 0.99  # bf16 on this CPU: the same states up to rounding
     assert inc.forwarded > len(ids)  # word pieces were read again after re-tokenising
     # The forward stopped after layer 15: the layers above it were never run (no cache).
-    assert inc.blocks is not None
+    assert inc.stops
     assert sum(layer.is_initialized for layer in inc.cache.layers) == 15
     # A read of the last layer (normalised by the model) runs the whole forward.
-    deep = IncrementalStates(b, before, (15, len(inc.blocks)))
-    assert deep.blocks is None and deep.feed(text) is not None
-    assert sum(layer.is_initialized for layer in deep.cache.layers) == len(inc.blocks)
+    deep = IncrementalStates(b, before, (15, b.n_layers))
+    assert not deep.stops and deep.feed(text) is not None
+    assert sum(layer.is_initialized for layer in deep.cache.layers) == b.n_layers
     last = inc.feed(text, last=5)
     assert last is not None and last.shape[0] == 5
     small = TransformersBackend(b.model, b.tokenizer, model_id="small", max_context=40)

@@ -7,10 +7,9 @@ that later pieces change is re-read), and returns the states of every token of `
 the asked layers. Over a whole answer this is one forward plus what re-tokenisation
 re-reads (``scripts/bench_token_check.py`` measures it).
 
-The forward stops after the deepest layer asked for (the content heads read layer 15 of
-the embedded model's 30): the layers above it would be computed only to be thrown away,
-and they are half of a token's cost. The KV cache then holds those first layers only,
-which is all the next piece needs.
+The forward stops after the deepest layer asked for (:mod:`plguard.backends.depth`; the
+content heads read layer 15 of the embedded model's 30), so the KV cache holds those
+first layers only, which is all the next piece needs.
 
 Transformers backends only (``Capabilities.hidden_states``); a text that outgrows the
 model's context stops the reader (:meth:`feed` returns None) and the stream falls back to
@@ -24,15 +23,7 @@ from typing import Any
 
 import numpy as np
 
-
-class _Enough(Exception):
-    """Raised by the hook on the deepest layer read: the rest of the forward is not needed."""
-
-
-def decoder_layers(model: Any) -> Any | None:
-    """The decoder layers of a transformers causal LM (``model.model.layers``), or None."""
-    layers = getattr(getattr(model, "model", None), "layers", None)
-    return layers if hasattr(layers, "__len__") and hasattr(layers, "__getitem__") else None
+from plguard.backends.depth import can_stop, states_to
 
 
 class IncrementalStates:
@@ -48,11 +39,8 @@ class IncrementalStates:
         self.cache: Any = None
         self.forwarded = 0  # tokens forwarded in all (the cost: one forward is len(ids))
         self.stopped = False
-        # Hidden state x is the output of decoder layer x (1-based); the last one the model
-        # returns is normalised, so a read of the last layer runs the whole forward.
-        blocks = decoder_layers(backend.model)
-        self.blocks = (blocks if blocks is not None and self.layers and min(self.layers) >= 1
-                       and max(self.layers) < len(blocks) else None)
+        # Whether the forward stops after the deepest layer read (plguard.backends.depth).
+        self.stops = can_stop(backend.model, self.layers)
 
     def feed(self, text: str, last: int | None = None) -> np.ndarray | None:
         """``[n, len(layers), d]``: the states of ``text``'s tokens (its ``last`` ones).
@@ -94,36 +82,11 @@ class IncrementalStates:
         """Per new token: its states at ``layers`` (``[len(layers), d]``), the cache grown."""
         import torch
 
-        inp = torch.tensor([new], device=self.backend.device)
-        if self.blocks is None:
-            with torch.inference_mode():
-                out = self.backend.model(input_ids=inp, past_key_values=self.cache,
-                                         use_cache=True, output_hidden_states=True,
-                                         logits_to_keep=1)
-            self.cache = out.past_key_values
-            hid = torch.stack([out.hidden_states[x][0] for x in self.layers], dim=1)
-            return list(hid.float().cpu().numpy())
-        got: dict[int, Any] = {}
-        deepest = max(self.layers)
-
-        def keep(x: int) -> Any:
-            def hook(_module: Any, _args: Any, output: Any) -> None:
-                got[x] = output[0] if isinstance(output, tuple) else output
-                if x == deepest:
-                    raise _Enough
-            return hook
-
-        handles = [self.blocks[x - 1].register_forward_hook(keep(x)) for x in self.layers]
-        try:
-            with torch.inference_mode():
-                self.backend.model(input_ids=inp, past_key_values=self.cache, use_cache=True,
-                                   logits_to_keep=1)
-        except _Enough:
-            pass  # the layers above the deepest read are skipped (module docstring)
-        finally:
-            for h in handles:
-                h.remove()
-        hid = torch.stack([got[x][0] for x in self.layers], dim=1)
+        with torch.inference_mode():
+            got = states_to(self.backend.model, self.layers,
+                            input_ids=torch.tensor([new], device=self.backend.device),
+                            past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+            hid = torch.stack([got[x][0] for x in self.layers], dim=1)
         return list(hid.float().cpu().numpy())
 
 

@@ -61,7 +61,7 @@ def mean_states(hidden: Any, positions: list[int], layers: tuple[int, ...]) -> A
     """``[n_layers, d]`` float32: the mean state over ``positions`` of batch row 0."""
     import torch
 
-    at = torch.tensor(positions, device=hidden[0].device)
+    at = torch.tensor(positions, device=hidden[layers[0]].device)
     return torch.stack([hidden[i][0, at].float().mean(0) for i in layers]).cpu().numpy()
 
 

@@ -18,6 +18,7 @@ from plguard.backends._structured import SchemaConstraint
 from plguard.backends._text import TokenizerText
 from plguard.backends.base import Capabilities, StatedScores
 from plguard.backends.deltas import Deltas
+from plguard.backends.depth import states_to
 from plguard.backends.threads import apply_threads, serialise
 from plguard.backends.token_ids import request_ids
 from plguard.backends.torch_reference import ReferencePaths
@@ -316,10 +317,9 @@ class TransformersBackend(ReferencePaths, TokenizerText):
             chunk = order[start:stop]
             ids_t = torch.tensor([rows[i][0] for i in chunk], dtype=torch.long)
             mask = torch.ones_like(ids_t)
-            res = self.model(input_ids=ids_t.to(self.device),
-                             attention_mask=mask.to(self.device), logits_to_keep=1,
-                             output_hidden_states=True)
-            hidden = res.hidden_states
+            # No logits are read here: the forward stops after the deepest layer read.
+            hidden = states_to(self.model, layers, input_ids=ids_t.to(self.device),
+                               attention_mask=mask.to(self.device), logits_to_keep=1)
             for j, i in enumerate(chunk):
                 ids, pos = rows[i]
                 at = torch.tensor(pos, device=self.device)
@@ -345,17 +345,22 @@ class TransformersBackend(ReferencePaths, TokenizerText):
                                 np.stack([r.answer_states[0] for r in rows]) if want and rows
                                 else None, None)
         n_pre = len(prefix)
-        # Only the suffixes' logits are read: the prefix's over the vocabulary would cost
-        # a tenth of the forward on a small model for nothing.
-        pre = self.model(input_ids=torch.tensor([prefix], device=self.device), use_cache=True,
-                         logits_to_keep=1, output_hidden_states=want)
-        pre_state = states_at_last(pre.hidden_states, layers)[0] if want else None
-        marks = (self._mark_states(req, prefix, truncated, pre.hidden_states, layers)
+        if suffixes:
+            # Only the suffixes' logits are read: the prefix's over the vocabulary would
+            # cost a tenth of the forward on a small model for nothing.
+            pre = self.model(input_ids=torch.tensor([prefix], device=self.device),
+                             use_cache=True, logits_to_keep=1, output_hidden_states=want)
+            hidden, base_cache = pre.hidden_states, pre.past_key_values
+        else:  # no question: only states are read, so the forward stops at the deepest
+            hidden = states_to(self.model, layers, logits_to_keep=1,
+                               input_ids=torch.tensor([prefix], device=self.device))
+            base_cache = None
+        pre_state = states_at_last(hidden, layers)[0] if want else None
+        marks = (self._mark_states(req, prefix, truncated, hidden, layers)
                  if want and req.marks else None)
-        pool = (mean_states(pre.hidden_states, self._pool_positions(req, len(prefix),
-                                                                      truncated), layers)
+        pool = (mean_states(hidden, self._pool_positions(req, len(prefix), truncated),
+                            layers)
                 if want and req.pool is not None else None)
-        base_cache = pre.past_key_values
         scores: list[TFScore] = []
         answer_states: list[Any] = []
         # The request's own limit (grounding.batch_size) first; the backend's (tests,
@@ -445,9 +450,9 @@ class TransformersBackend(ReferencePaths, TokenizerText):
         room = self.max_context
         if len(ids) > room:
             ids = ids[:room // 2] + ids[len(ids) - (room - room // 2):]
-        res = self.model(input_ids=torch.tensor([ids], device=self.device), logits_to_keep=1,
-                         output_hidden_states=True)
-        return states_at_last(res.hidden_states, layers)[0]
+        hidden = states_to(self.model, layers, logits_to_keep=1,
+                           input_ids=torch.tensor([ids], device=self.device))
+        return states_at_last(hidden, layers)[0]
 
     def _score_ids(self, ids: list[int], truncated: bool,
                    ids_tf: tuple[tuple[int, ...], tuple[int, ...]],

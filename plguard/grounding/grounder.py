@@ -98,7 +98,8 @@ class Grounder:
                                    self.calibration_file.label if self.calibration_file
                                    else "")
         self.sources: tuple[PredicateSource, ...] = (
-            (HeadsSource(self.heads), self.zero) if self.heads is not None else (self.zero,))
+            (HeadsSource(self.heads, {p.name: p.scope for p in self.predicates}), self.zero)
+            if self.heads is not None else (self.zero,))
         self._plans: dict[Scope, QuestionPlan] = {
             s: plan_questions([p for p in self.predicates if p.scope == s], self.cfg,
                               lambda spec: deciding(self.sources, spec).asks(spec))
@@ -284,14 +285,19 @@ class Grounder:
             view, cut[k] = request_view(self.backend, self._alone, r, self.cfg.max_data_tokens)
             reqs.append(view)
             owner.append(k)
+        wins, win_owner = [], []
         for item, piece in answers:
-            wins = answer_windows(self.backend, self._alone, piece, *self._window)
-            reqs += wins
-            owner += [item] * len(wins)
-        layers = sorted({x for s in self.sources for v in ("request", "answer")
-                         for x in s.layers(cast(ViewKind, v))})
-        for item, st in zip(owner, score_alone(self.backend, layers, reqs), strict=True):
-            alone[item].append(Reading(stated=st))
+            w = answer_windows(self.backend, self._alone, piece, *self._window)
+            wins += w
+            win_owner += [item] * len(w)
+        # Each kind of view as deep as its own heads read (the content heads of the
+        # embedded model: layer 15 of 30), so an answer window's forward stops there.
+        for read, owners, kind in ((reqs, owner, "request"), (wins, win_owner, "answer")):
+            layers = tuple(sorted({x for s in self.sources
+                                   for x in s.layers(cast(ViewKind, kind))}))
+            for item, st in zip(owners, score_alone(self.backend, layers, read),
+                                strict=True):
+                alone[item].append(Reading(stated=st, layers=layers))
         return alone, cut
 
     def _combine(self, scope: Scope, item: ItemViews) -> tuple[PredicateScore, ...]:

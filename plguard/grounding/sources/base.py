@@ -41,12 +41,14 @@ class Reading:
     ``scores``: the view's question scores in its plan's ``blocks`` order (prompt views;
     empty for alone views); ``asked``: predicate -> (index of its first question among
     them, how many variants); ``stated``: the hidden states (None when no source asked
-    for layers).
+    for layers); ``layers``: the layers ``stated`` holds, in its order (empty: a heads
+    file's own layers).
     """
 
     scores: tuple[TFScore, ...] = ()
     asked: Mapping[str, tuple[int, int]] | None = None
     stated: StatedScores | None = None
+    layers: tuple[int, ...] = ()
 
     def questions(self, name: str) -> tuple[TFScore, ...]:
         """The scores of one predicate's question variants on this view (empty: not asked)."""

@@ -25,9 +25,14 @@ class HeadsSource:
 
     kind = "head"
 
-    def __init__(self, heads: HeadsFile) -> None:
+    def __init__(self, heads: HeadsFile,
+                 scopes: Mapping[str, str] | None = None) -> None:
         self.file = heads
         self.label = heads.label
+        # predicate -> "request"/"response": which alone view each alone head reads, so a
+        # view is read only as deep as its own heads need (plguard.backends.depth). Without
+        # it every alone view reads the file's layers.
+        self.scopes = dict(scopes or {})
 
     def view_of(self, spec: PredicateSpec) -> ViewKind | None:
         """``request``/``answer`` for an alone head, ``prompt`` for the others, else None."""
@@ -44,11 +49,17 @@ class HeadsSource:
         return h is not None and (h.readout == "question" or h.mode == "both")
 
     def layers(self, view: ViewKind) -> tuple[int, ...]:
-        """The file's layers, where some head reads views of ``view``."""
-        alone = view in ("request", "answer")
-        if any((h.readout == "alone") == alone for h in self.file.heads.values()):
-            return self.file.layers
-        return ()
+        """The layers read of ``view`` (the forward stops after the deepest).
+
+        An alone view: those of the alone heads of its scope; a prompt view: the file's.
+        """
+        if view == "prompt":
+            return (self.file.layers if any(h.readout != "alone"
+                                            for h in self.file.heads.values()) else ())
+        scope = "request" if view == "request" else "response"
+        return tuple(sorted({h.layer for n, h in self.file.heads.items()
+                             if h.readout == "alone"
+                             and self.scopes.get(n, scope) == scope}))
 
     def states(self, spec: PredicateSpec) -> frozenset[str]:
         """The state its head reads (``alone`` reads its view's ``pool``)."""
@@ -63,7 +74,7 @@ class HeadsSource:
         st = reading.stated
         if h is None or st is None:
             return math.nan
-        j = self.file.layers.index(h.layer)
+        j = (reading.layers or self.file.layers).index(h.layer)
         if h.readout in ("pool", "alone"):
             state = st.pool_state[j]
         elif h.readout == "prefix":
