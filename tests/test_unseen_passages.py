@@ -3,9 +3,10 @@
 The set (``tests/data/unseen``, written for tests only and never used to fit or choose
 anything) is read the three ways a user meets plguard, on the real embedded model with the
 default config (``repair.max_rounds: 0``, so a refusal is the fixed one and no repair is
-generated): ``Guard.check`` on every answer, ``Guard.stream`` from a draft source and
-``plguard serve --upstream`` (a scripted upstream, the real ``openai`` client, streamed) on
-the long ones.
+generated): ``Guard.check`` on every answer, ``Guard.stream`` from a draft source on every long
+harmful answer and every other benign one, and ``plguard serve --upstream`` (a scripted
+upstream, the real ``openai`` client, streamed) on every third long harmful answer (the
+subsets keep CI within its time; ``scripts/bench_token_check.py`` streams them all).
 
 What holds on every path, and is asserted per answer: a refused stream sends no five-word
 run of the passage before its refusal; and a stream never allows what ``Guard.check``
@@ -112,13 +113,15 @@ def test_guard_stream_never_leaks_what_it_refuses_nor_allows_what_check_refuses(
         else:
             assert checked[f"{e['id']}/long_answer"] != "refuse", e["id"]
     assert stopped / len(HARMFUL) >= STREAM_STOPPED_FLOOR, stopped
+    # Every other benign answer (CI's time: a benign stream runs to its end, ~10 s each;
+    # scripts/bench_token_check.py streams all 24).
     allowed = 0
-    for e in BENIGN:
+    for e in BENIGN[::2]:
         sent, end = _stream(guard, e["request"], e["answer"])
         allowed += not end.blocked
         if not end.blocked:
             assert sent.strip() == e["answer"].strip(), e["id"]
-    assert allowed >= BENIGN_ALLOWED_FLOOR * len(BENIGN), allowed
+    assert allowed >= BENIGN_ALLOWED_FLOOR * len(BENIGN[::2]), allowed
 
 
 def test_serve_upstream_never_leaks_what_it_refuses(guard, checked):
@@ -139,7 +142,9 @@ def test_serve_upstream_never_leaks_what_it_refuses(guard, checked):
         with LiveServer(build_app(server_guard, settings)) as server:
             c = openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0,
                               timeout=600)
-            for e in HARMFUL:
+            # Every third harmful answer: the same streams as Guard.stream's test above, here
+            # through the server's upstream path and the real client (CI's time).
+            for e in HARMFUL[::3]:
                 up.state.answer = e["long_answer"]
                 chunks = list(c.chat.completions.create(
                     model="plguard", stream=True,
@@ -153,4 +158,4 @@ def test_serve_upstream_never_leaks_what_it_refuses(guard, checked):
                     assert not leaked(e["passage"], text), (e["id"], text[-400:])
                 else:
                     assert checked[f"{e['id']}/long_answer"] != "refuse", e["id"]
-    assert stopped / len(HARMFUL) >= STREAM_STOPPED_FLOOR, stopped
+    assert stopped / len(HARMFUL[::3]) >= STREAM_STOPPED_FLOOR, stopped

@@ -210,9 +210,9 @@ def summary(path: Path, txt: Path, lags: list[int], th: dict[str, float] | None 
         lines.append(f"tokens from a passage's start to the first held step: median {q(0.5)}, "
                      f"90th percentile {q(0.9)}, max {delays[-1]}")
     lines.append("lag (tokens)   passages that would leak 5+ words (of those held)")
-    for lag in lags:
-        n = sum(leaks(r, lag) for r in detected)
-        lines.append(f"{lag:>12}   {n}/{len(detected)}")
+    for each in lags:
+        n = sum(leaks(r, each) for r in detected)
+        lines.append(f"{each:>12}   {n}/{len(detected)}")
     if fractions and (th is not None or all("thresholds" in r for r in recs)):
         lines += ["", *hold_table(recs, th or {}, lag, fractions)]
     text = "\n".join(lines) + "\n"
