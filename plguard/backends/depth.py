@@ -15,6 +15,8 @@ normalised) runs the whole forward with ``output_hidden_states``.
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,38 +38,69 @@ def can_stop(model: Any, layers: Sequence[int]) -> bool:
             and max(layers) < len(blocks))
 
 
+class _Read(threading.local):
+    """This thread's forward in :func:`states_to`, if any (what the hooks serve)."""
+
+    model: Any = None
+    want: frozenset[int] = frozenset()
+    deepest = 0
+    got: dict[int, Any] | None = None
+
+
+_READ = _Read()
+_HOOKED: weakref.WeakSet[Any] = weakref.WeakSet()
+_HOOKING = threading.Lock()
+
+
+def _hook(model: Any, x: int) -> Any:
+    def hook(_module: Any, _args: Any, output: Any) -> None:
+        r = _READ
+        if r.model is not model or r.got is None:
+            return  # another thread's forward (a stream's draft), or no read: untouched
+        if x in r.want:
+            r.got[x] = output[0] if isinstance(output, tuple) else output
+        if x == r.deepest:
+            raise _Enough
+    return hook
+
+
+def _install(model: Any, blocks: Any) -> None:
+    """One hook per decoder layer, once per model.
+
+    No hook is then added or removed while another thread (a draft generating on the
+    same model) runs a forward through them.
+    """
+    with _HOOKING:
+        if model in _HOOKED:
+            return
+        for i, block in enumerate(blocks):
+            block.register_forward_hook(_hook(model, i + 1))
+        _HOOKED.add(model)
+
+
 def states_to(model: Any, layers: Sequence[int], **inputs: Any) -> dict[int, Any]:
     """``{layer: hidden state [batch, seq, d]}`` of ``model(**inputs)`` at ``layers``.
 
     Hidden state ``x`` is the output of decoder layer ``x`` (0: the embeddings), as in
     transformers' ``hidden_states``. Call under ``torch.inference_mode()``; the logits of
-    a stopped forward are never computed (ask for none you would read).
+    a stopped forward are never computed (ask for none you would read). The hooks act
+    only on this thread's forward, so a draft generating on the same model in another
+    thread runs through them untouched.
     """
     want = sorted(set(layers))
     if not can_stop(model, want):
         out = model(**inputs, output_hidden_states=True)
         return {x: out.hidden_states[x] for x in want}
-    blocks = decoder_layers(model)
-    assert blocks is not None
+    _install(model, decoder_layers(model))
     got: dict[int, Any] = {}
-    deepest = want[-1]
-
-    def keep(x: int) -> Any:
-        def hook(_module: Any, _args: Any, output: Any) -> None:
-            got[x] = output[0] if isinstance(output, tuple) else output
-            if x == deepest:
-                raise _Enough
-        return hook
-
-    handles = [blocks[x - 1].register_forward_hook(keep(x)) for x in want]
+    r = _READ
+    r.model, r.want, r.deepest, r.got = model, frozenset(want), want[-1], got
     try:
         model(**inputs)
     except _Enough:
         pass  # the layers above the deepest read are skipped (module docstring)
     finally:
-        for h in handles:
-            h.remove()
+        r.model, r.got = None, None
     return got
-
 
 __all__ = ["can_stop", "decoder_layers", "states_to"]
