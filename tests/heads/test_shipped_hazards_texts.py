@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-N = 100  # texts per group: a share's standard error about 0.05
+N = 60  # texts per group: a share's standard error about 0.06 (60, not 100: CI time)
 # The goal for benign texts (<= 10% flagged); hazard prompts: 40% of 787 measured
 # (eval/results/hazards-embedded/report.md), so 0.25 is over two standard errors below.
 FP_MAX, TP_MIN = 0.10, 0.25
