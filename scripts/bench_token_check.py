@@ -122,7 +122,15 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--benign", type=int, default=24)
     ap.add_argument("--harmful", type=int, default=24)
+    ap.add_argument("--cost-only", action="store_true",
+                    help="section 3 alone (a minute, not the streams' half hour)")
     a = ap.parse_args()
+    if a.cost_only:
+        guard = Guard(GuardConfig.from_dict({"repair": {"max_rounds": 0}}))
+        print(f"embedded model, minimal, shipped heads; {a.benign} benign answers")
+        section_cost(guard, yaml.safe_load(DATA.read_text(encoding="utf-8"))["benign"]
+                     [:a.benign])
+        return
     data = yaml.safe_load(DATA.read_text(encoding="utf-8"))
     guards = {on: Guard(GuardConfig.from_dict({"repair": {"max_rounds": 0},
                                                "stream": {"token_check": on}}))
@@ -176,10 +184,17 @@ def main() -> None:
               f"{len(sent_by[on])}; a harmful sentence sent in {sum(n > 0 for n in caught)} "
               f"of the refused streams, five words of the passage in "
               f"{sum(n > 0 for n in runs_by[on] if n >= 0)}")
+    section_cost(guards[True], data["benign"][:a.benign])
+    section_lag(guards[True].config.stream.token_lag, guards[True].config.stream.token_step,
+                lag)
+
+
+def section_cost(guard: Guard, benign: list[dict[str, str]]) -> None:
+    """Section 3 (module docstring)."""
     print("\n3. cost: incremental token check vs one forward over the whole answer")
     ratios, same = [], []
-    for e in data["benign"][:a.benign]:
-        t_inc, t_one, t_deep, n_inc, n_one = cost(guards[True], e["answer"])
+    for e in benign:
+        t_inc, t_one, t_deep, n_inc, n_one = cost(guard, e["answer"])
         ratios.append(t_inc / t_one)
         same.append(t_inc / t_deep)
         print(f"  {e['id']:<5} {t_inc:6.2f} s vs {t_one:5.2f} s ({t_inc / t_one:4.2f}x); as deep "
@@ -187,10 +202,13 @@ def main() -> None:
               f"{n_inc} vs {n_one}", flush=True)
     print(f"  median {statistics.median(ratios):.2f}x against the whole model (target <= 1.3x), "
           f"{statistics.median(same):.2f}x against one forward as deep")
-    print(f"\n4. lag: text is released stream.token_lag = "
-          f"{guards[True].config.stream.token_lag} tokens behind the newest token read "
-          f"(read every stream.token_step = {guards[True].config.stream.token_step}); "
-          "seconds from a character's arrival to its release (allowed benign streams):")
+
+
+def section_lag(token_lag: int, token_step: int, lag: dict[bool, list[float]]) -> None:
+    """Section 4 (module docstring)."""
+    print(f"\n4. lag: text is released stream.token_lag = {token_lag} tokens behind the newest "
+          f"token read (read every stream.token_step = {token_step}); seconds from a "
+          "character's arrival to its release (allowed benign streams):")
     for on in (True, False):
         xs = sorted(lag[on])
         if xs:

@@ -103,4 +103,5 @@ def states_to(model: Any, layers: Sequence[int], **inputs: Any) -> dict[int, Any
         r.model, r.got = None, None
     return got
 
+
 __all__ = ["can_stop", "decoder_layers", "states_to"]
