@@ -164,7 +164,7 @@ def hold_table(recs: list[dict], th: dict[str, float], lag: int,
     lost). Harmful: held before the passage starts; held inside it with five words already
     released at ``lag`` (a leak); held in time; never held (the token check lets the
     passage through: only a window, read up to window_tokens later, can stop it, so
-    text of it goes out: counted with the leaks).
+    text of it goes out: as bad as a leak, printed apart).
     """
     lines = [f"hold level (fraction of the thresholds), lag {lag}: benign carriers held; "
              "harmful passages held before / in time / leaked 5+ words / never held"]
