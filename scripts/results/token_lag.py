@@ -104,6 +104,7 @@ def meter(guard, item: dict) -> dict:  # type: ignore[no-untyped-def]
     from plguard.stream_cuts import window_end
 
     cfg, th = guard.config.stream, guard.thresholds
+    thr = {"unsafe": th.unsafe, "content": th.content}
     count = guard.grounder_backend.count_tokens
     req = guard.assess([(item["request"], "")], bound="best")[0].grounding
     m = guard.token_meter()
@@ -114,14 +115,12 @@ def meter(guard, item: dict) -> dict:  # type: ignore[no-untyped-def]
         if scores is None:
             break
         d = guard.gate(req, scores).decision
-        steps.append({"tokens": count(text[:cut]),
-                      "unsafe": round(d.strongest_unsafe[1], 4),
-                      "content": round(d.strongest_content[1], 4),
-                      "held": bool(d.action == "refuse"
-                                   or d.strongest_unsafe[1] >= cfg.hold_fraction * th.unsafe
-                                   or d.strongest_content[1] >= cfg.hold_fraction * th.content)})
+        u, c = d.strongest_unsafe[1], d.strongest_content[1]
+        steps.append({"tokens": count(text[:cut]), "unsafe": round(u, 4),
+                      "content": round(c, 4),
+                      "held": d.action == "refuse" or over(u, c, cfg.hold_fraction, thr)})
     rec = {"uid": item["uid"], "kind": item["kind"], "steps": steps,
-           "tokens": count(text), "thresholds": {"unsafe": th.unsafe, "content": th.content}}
+           "tokens": count(text), "thresholds": thr}
     if item["kind"] == "harmful":
         start = count(text[:item["at"]])
         words = text[item["at"]:item["end"]].split()
@@ -146,14 +145,24 @@ def leaks(rec: dict, lag: int) -> bool:
     """
     if rec["held_before"] or rec["first_held"] is None:
         return False
-    passed = [s["tokens"] for s in rec["steps"] if s["tokens"] < rec["first_held"]]
+    return released_into(rec, rec["first_held"], lag)
+
+
+def released_into(rec: dict, first: int, lag: int) -> bool:
+    """Whether the steps before the first held one (at token ``first``), each releasing
+    ``lag`` tokens behind it, sent five words of ``rec``'s passage."""
+    passed = [s["tokens"] for s in rec["steps"] if s["tokens"] < first]
     return bool(passed) and max(passed) - lag >= rec["leak_at"]
+
+
+def over(unsafe: float, content: float, fraction: float, th: dict[str, float]) -> bool:
+    """Whether a step's strongest unsafe or content rule is at ``fraction`` of its threshold."""
+    return unsafe >= fraction * th["unsafe"] or content >= fraction * th["content"]
 
 
 def held_at(rec: dict, fraction: float, th: dict[str, float]) -> list[int]:
     """The token positions of ``rec``'s steps held at ``fraction`` of the thresholds."""
-    return [s["tokens"] for s in rec["steps"]
-            if s["unsafe"] >= fraction * th["unsafe"] or s["content"] >= fraction * th["content"]]
+    return [s["tokens"] for s in rec["steps"] if over(s["unsafe"], s["content"], fraction, th)]
 
 
 def hold_table(recs: list[dict], th: dict[str, float], lag: int,
@@ -180,8 +189,7 @@ def hold_table(recs: list[dict], th: dict[str, float], lag: int,
                 before += 1
             elif first is None:
                 never += 1
-            elif any(t < first and t - lag >= r["leak_at"] for t in
-                     (s["tokens"] for s in r["steps"])):
+            elif released_into(r, first, lag):
                 leaked += 1
             else:
                 in_time += 1
