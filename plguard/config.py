@@ -11,16 +11,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from plguard.errors import ConfigError, did_you_mean
+from plguard.config_io import deep_copy, explain, set_dotted
+from plguard.errors import ConfigError
 
 EMBEDDED_MODEL = "embedded"
 # Decoding defaults, read by GenerationConfig and by plguard.types.GenerationParams (the
@@ -434,15 +428,15 @@ class GuardConfig(_Strict):
         An override of None means "not given" (keyword defaults of the Python API); to set
         a key to null, pass :data:`NULL` (what ``--set key=null`` does).
         """
-        data = _deep_copy(data)
+        data = deep_copy(data)
         for dotted, value in overrides.items():
             if value is None:
                 continue
-            _set_dotted(data, dotted.split("."), None if value is NULL else value)
+            set_dotted(data, dotted.split("."), None if value is NULL else value)
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            raise ConfigError(_explain(exc, source)) from None
+            raise ConfigError(explain(exc, source, cls)) from None
 
 
 class GenerationConfig(_Strict):
@@ -454,46 +448,3 @@ class GenerationConfig(_Strict):
 
 
 GuardConfig.model_rebuild()
-
-
-def _deep_copy(d: dict[str, Any]) -> dict[str, Any]:
-    return {k: _deep_copy(v) if isinstance(v, dict) else v for k, v in d.items()}
-
-
-def _set_dotted(data: dict[str, Any], keys: list[str], value: Any) -> None:
-    node = data
-    for k in keys[:-1]:
-        if not isinstance(node.get(k), dict):  # absent or null (server.upstream unset)
-            node[k] = {}
-        node = node[k]
-    node[keys[-1]] = value
-
-
-def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
-    model: type[BaseModel] = GuardConfig
-    for key in loc:
-        field = model.model_fields.get(str(key))
-        if field is None:
-            return None
-        ann = field.annotation
-        inner = [a for a in getattr(ann, "__args__", (ann,)) if isinstance(a, type)]
-        sub = next((a for a in inner if issubclass(a, BaseModel)), None)
-        if sub is None:
-            return None
-        model = sub
-    return model
-
-
-def _explain(exc: ValidationError, source: str) -> str:
-    lines = [f"{source}: invalid configuration"]
-    for err in exc.errors():
-        loc = tuple(err["loc"])
-        where = ".".join(str(x) for x in loc)
-        if err["type"] == "extra_forbidden":
-            parent = _model_at(loc[:-1])
-            valid = sorted(parent.model_fields) if parent else []
-            hint = did_you_mean(str(loc[-1]), valid)
-            lines.append(f"  unknown key '{where}'{hint}; valid keys here: {', '.join(valid)}")
-        else:
-            lines.append(f"  {where}: {err['msg']} (got {err.get('input')!r})")
-    return "\n".join(lines)
