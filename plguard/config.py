@@ -271,6 +271,11 @@ class StreamConfig(_Strict):
                            "dev (scripts/results/token_lag.py), the content heads first hold "
                            "a harmful passage a median 57 tokens into it; 32 let 5+ words "
                            "of 6 of 30 held passages out, 64 of 1 (eval/results/token_lag).")
+    token_resume: bool = Field(
+        False, description="Once a window that reads the text a token check step doubted "
+        "(near a threshold) finds it clearly safe, the token check goes on; off: windows "
+        "alone release the rest. Never after a step at a threshold (eval/results/"
+        "token_resume).")
     mode: Literal["buffered", "audit"] = Field(
         "buffered", description="buffered: text is released only after its window is "
         "allowed (nothing unchecked ever leaves). audit: text is sent as it is generated and "

@@ -31,8 +31,9 @@ How a stream is guarded (mode ``buffered``, the default):
    when nothing was released yet.
    Between windows, the token check (:mod:`plguard.token_check`, ``stream.token_check``)
    scores the content heads on the newest tokens every ``stream.token_step`` tokens and
-   releases text ``stream.token_lag`` tokens behind them while ``Guard.gate`` finds every unsafe and
-   content rule clearly below its threshold; once it is not, only windows release.
+   releases text ``stream.token_lag`` tokens behind them while ``Guard.gate`` finds every
+   unsafe and content rule clearly below its threshold; once it is not, only windows
+   release, until one reads the doubted text clearly safe (``stream.token_resume``).
 3. At the end the whole draft gets the ordinary decision (``Guard.check``'s grounding and
    decision code) before its held-back tail is released, so a stream refuses every draft the
    non-streaming guard refuses; a rewrite (over-refusal) is repaired when nothing was
@@ -137,6 +138,7 @@ class GuardedStream:
         self.metering = self.mode == "buffered" and guard.config.stream.token_check
         self.req_grounding: Grounding | None = None
         self._metered_at = 0  # where the draft ended (characters) at the last token check
+        self._doubted_at: int | None = None  # where a token check step doubted (_windows)
         self.timings: dict[str, float] = {}
         self.t0 = 0.0
         self._events: Generator[StreamEvent, None, None] | None = None
@@ -318,6 +320,10 @@ class GuardedStream:
             # The final check on the whole draft decides a rewrite (issue 54, item 4).
             if any(self._doubtful(w.decision) for w in vs):
                 self.hold = True  # the final check on the whole draft decides the rest
+            elif self._doubted_at is not None and cut >= self._doubted_at:
+                # Every window up to here, this one with the text the token check doubted,
+                # read clearly safe: the doubt is resolved, the token check goes on.
+                self._doubted_at, self.metering = None, True
             # The window's tail goes out only once the next window has read it with what
             # follows: a passage that starts at the end of an allowed window is judged whole.
             held = self._word_start_before(
@@ -336,8 +342,9 @@ class GuardedStream:
         that arrived in one burst is read step by step, exactly as one that trickled in,
         so what is released is a function of the draft, not of timing. Each step is one
         incremental forward (a forward has a fixed cost, docs/benchmarks.md). A score near
-        a threshold stops it for the rest of the stream: the windows and the final check
-        decide from there.
+        a threshold stops it: the windows decide from there, and the check goes on once a
+        window that reads the doubted text finds it clearly safe (``stream.token_resume``;
+        never after a score at a threshold).
         """
         step, lag = max(1, self.cfg.token_step), self.cfg.token_lag
         while self.metering and not self.hold and self.req_grounding is not None:
@@ -353,7 +360,11 @@ class GuardedStream:
             a = self.guard.gate(self.req_grounding, scores)
             if a.decision.action == "refuse" or self._doubtful(a.decision):
                 self.metering = False
-                self.timings["stream.token_held_at_tokens"] = float(self._count(self.text[:cut]))
+                if self.cfg.token_resume and a.decision.action != "refuse":
+                    self._doubted_at = cut
+                self.timings.setdefault("stream.token_held_at_tokens",
+                                        float(self._count(self.text[:cut])))
+                _add_times(self.timings, {"stream.token_holds": 1.0})
                 return
             start = len(self.sent)
             upto = word_start_before(self.text, self._count, start, cut, lag)

@@ -101,6 +101,56 @@ def test_what_is_read_and_released_depends_on_the_draft_not_on_how_it_arrived(mo
     assert all(a.endswith(" w" + a.rsplit(" w", 1)[1]) for a in burst)  # whole words
 
 
+class OnceMeter(FakeMeter):
+    """Reads ``p`` on the step whose newest words hold w30, 0.01 on every other step."""
+
+    def __init__(self, p: float) -> None:
+        super().__init__()
+        self.p = p
+
+    def update(self, answer: str) -> dict[str, float]:
+        self.reads.append((time.perf_counter(), answer))
+        near = "w30" in answer.split()[-6:]
+        return {"response_provides_harmful_instructions": self.p if near else 0.01}
+
+
+def _once(monkeypatch, p: float, resume: bool):
+    guard, _, gr = make(words(200), delay_s=0.002, stream={
+        "window_tokens": 100, "overlap_tokens": 10, "first_window_tokens": 100,
+        "token_step": 8, "token_lag": 8, "token_resume": resume})
+    meter = OnceMeter(p)
+    monkeypatch.setattr(guard, "token_meter", lambda: meter)
+    chunks, end = _run(guard)
+    assert end.result.decision.action == "allow"
+    assert end.result.final == "".join(words(200)).lstrip()
+    first_window = min(t for t, _ in gr.reads)
+    return chunks, end, meter, first_window
+
+
+def test_a_doubt_resolved_by_its_window_lets_the_token_check_go_on(monkeypatch):
+    # 0.3: under minimal's content threshold (0.75), over the hold level (0.15 of it). The
+    # windows (the scripted grounder) read every word clearly safe: the first one to read
+    # w30 resolves the doubt, and text leaves token_lag tokens behind the check again.
+    on, end_on, meter_on, first_on = _once(monkeypatch, 0.3, resume=True)
+    off, end_off, meter_off, first_off = _once(monkeypatch, 0.3, resume=False)
+    for end in (end_on, end_off):
+        assert end.result.timings_s["stream.token_holds"] == 1
+        assert 29 <= end.result.timings_s["stream.token_held_at_tokens"] <= 40
+    assert any(t > first_on for t, _ in meter_on.reads)  # read again after the window
+    assert not any(t > first_off for t, _ in meter_off.reads)
+    after_on = [c for c in on if c.t > first_on]
+    after_off = [c for c in off if c.t > first_off]
+    assert len(after_on) >= len(after_off) + 5
+
+
+def test_a_score_at_a_threshold_is_not_resumed_by_a_clear_window(monkeypatch):
+    # 0.97 is a refusal on the token check's reading: the windows decide the rest alone,
+    # even where they read it clearly safe.
+    _, end, meter, first = _once(monkeypatch, 0.97, resume=True)
+    assert end.result.timings_s["stream.token_holds"] == 1
+    assert not any(t > first for t, _ in meter.reads)  # never read again
+
+
 def test_the_token_check_can_be_turned_off(monkeypatch):
     guard, _, _ = make(words(60), stream={"window_tokens": 100, "overlap_tokens": 10,
                                           "first_window_tokens": 100, "token_check": False})
