@@ -377,3 +377,59 @@ def test_a_rerun_that_keeps_nothing_leaves_no_bundle_behind(tmp_path):
     assert draft_policy(backend, src, out, drafts=2).policy is None  # at 2 of 2: nothing
     assert not any((out / f).exists() for f in ("policy.md", "predicates.yaml", "policy.pl"))
     assert "no rule reached the threshold" in (out / "lint.txt").read_text()
+
+
+MINIMAL_REFUSAL_DOC = """# Safety
+
+- If the request does not seek harm and the answer refuses, that is an over-refusal.
+"""
+SEEKS_HARM = {"name": "request_seeks_harm",
+              "question": "Does the request seek help to cause real-world harm?",
+              "meaning": "the request seeks help with real-world harm or dangerous wrongdoing"}
+
+
+def test_an_unless_condition_is_a_negated_request_condition_and_matches_by_circuit(tmp_path):
+    # "A request that does not seek harm" has no positive condition: the slot form writes
+    # it as unless (negated), and its circuit equals minimal's over_refusal_harmless_request.
+    from plguard.policy import load_policy
+    from plguard_lab.studies.drafting.compare import compare
+
+    def script(text, rnd):
+        return slot_reply(refusal=[{"what": "harmless", "request": None, "unless": SEEKS_HARM}])
+
+    src = tmp_path / "POLICY.md"
+    src.write_text(MINIMAL_REFUSAL_DOC, encoding="utf-8")
+    r = draft_policy(model(script), src, tmp_path / "out", drafts=1)
+    d = r.drafts[0]
+    assert [(x.head, x.body) for x in d.rules] == [
+        ("over_refusal_harmless", "\\+ request_seeks_harm, answer_refuses")]
+    assert {p.name: p.view for p in d.predicates} == {"request_seeks_harm": "request",
+                                                      "answer_refuses": "pair"}
+    c = compare(r.policy, load_policy("minimal"))
+    assert c.matched == ("over_refusal_harmless_request",)
+    assert ("request_seeks_harm", "request_is_harmful") == c.mapping[0][:2]
+
+
+def test_an_over_refusal_rule_with_no_condition_is_fed_back_and_repaired():
+    fed: list[str] = []
+
+    def script(text, rnd):
+        if rnd == 0:
+            return slot_reply(refusal=[{"what": "harmless", "request": None}])
+        return slot_reply(refusal=[{"what": "harmless", "request": _cond(TOPIC),
+                                    "unless": SEEKS_HARM}])
+
+    backend = model(script)
+    inner = backend.generate
+
+    def generate(chats, params):
+        fed.append(chats[0][-1].content)
+        return inner(chats, params)
+
+    backend.generate = generate  # type: ignore[method-assign]
+    d = draft_once(backend, MINIMAL_REFUSAL_DOC, split_spans(MINIMAL_REFUSAL_DOC), rounds=1)
+    problems = [f for f in fed if f.startswith("Problems found")]
+    assert len(problems) == 1 and "needs a request condition, an unless condition" in problems[0]
+    assert [(x.head, x.body) for x in d.rules] == [
+        ("over_refusal_harmless",
+         "asks_to_explain_topic, \\+ request_seeks_harm, answer_refuses")]

@@ -1,4 +1,4 @@
-"""The slot form of a span's draft: the model fills the conditions, code writes the logic.
+r"""The slot form of a span's draft: the model fills the conditions, code writes the logic.
 
 In the free form (:mod:`~plguard.policy.drafting.schema`) the model writes rule bodies
 itself. A 1.5B model does that badly: it reuses a predicate for a rule it does not fit
@@ -9,21 +9,24 @@ fixed slots, the shape most rules of the shipped bundles have:
 - ``unsafe_compliance``: a request condition and an answer condition (the answer goes
   along with a request it must not): ``head :- request, answer``;
 - ``unsafe_content``: an answer condition, whatever was asked: ``head :- answer``;
-- ``over_refusal``: a request condition; refusing is the fixed :data:`REFUSES` predicate
-  (read from the pair): ``head :- request, answer_refuses``.
+- ``over_refusal``: a request condition, an *unless* condition (a request under which
+  refusing is right: "a request that does not seek harm" is ``unless`` seeking harm), or
+  both; refusing is the fixed :data:`REFUSES` predicate (read from the pair):
+  ``head :- request, \+ unless, answer_refuses``.
 
 Each condition is a predicate (name, yes/no question, one-line meaning) whose view is its
 slot's. The span a rule cites is the span asked about, not something the model writes.
-What this form cannot say (a disjunction inside a rule, a negated condition, three
-conditions) is said with several rules or a condition phrased in the negative
-("request_seeks_no_harm"); ``--form free`` keeps the general form.
+What this form cannot say (a disjunction inside a rule, a negated answer condition, three
+conditions) is said with several rules; ``--form free`` keeps the general form. The unless
+slot was added after the study of eval/results/drafting-slots, where over-refusal rules
+lost the policy's "when the request is not harmful" (no slot held a negation).
 """
 
 from __future__ import annotations
 
 import json
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from plguard.policy.drafting.schema import (
     NAME,
@@ -70,11 +73,21 @@ class Content(BaseModel):
 
 
 class Refusal(BaseModel):
-    """A request the assistant must not refuse."""
+    """A request the assistant must not refuse, and what would make refusing it right."""
 
     model_config = ConfigDict(extra="forbid")
     what: str = Field(pattern=WHAT, description="a short name for the rule")
-    request: Condition = Field(description="what the request asks for")
+    request: Condition | None = Field(description="what the request asks for (null: any "
+                                      "request, but the unless one)")
+    unless: Condition | None = Field(None, description="a request condition under which "
+                                     "refusing is right after all (null: none)")
+
+    @model_validator(mode="after")
+    def _some_condition(self) -> Refusal:
+        if self.request is None and self.unless is None:
+            raise ValueError("an over_refusal rule needs a request condition, an unless "
+                             "condition or both")
+        return self
 
 
 class SlotDraft(BaseModel):
@@ -96,7 +109,9 @@ answer) and applies rules. A part can state three kinds of rule:
 - unsafe_content: something the answer must never contain, whatever was asked. Give the
   answer condition.
 - over_refusal: a kind of request the assistant must not refuse. Give the request
-  condition (whether the answer refuses is checked for you).
+  condition, and an unless condition when the part names requests that may be refused
+  ("a request that does not seek X": unless it seeks X); either may be null, not both.
+  Whether the answer refuses is checked for you.
 A condition has a name (lowercase_with_underscores, after what it asks), a yes/no question
 about the request or the answer, and a one-line meaning. Write one rule for each thing the
 part forbids or protects. A part that states no rule (a title, background) gets three empty
@@ -104,7 +119,8 @@ lists. Reply with one JSON object.
 
 An example from another policy (a gardening assistant; never reuse its names).
 Part: "Never recommend a banned pesticide to someone asking how to kill pests. Never call a
-banned pesticide safe. Do not refuse plain gardening questions."
+banned pesticide safe. Do not refuse plain gardening questions that do not ask for a banned
+product."
 Reply:
 {"unsafe_compliance": [{"what": "banned_pesticide",
   "request": {"name": "asks_about_pest_control",
@@ -120,7 +136,10 @@ Reply:
  "over_refusal": [{"what": "gardening_question",
   "request": {"name": "asks_gardening_question",
    "question": "Is the request an ordinary gardening question?",
-   "meaning": "asks_gardening_question holds when the request is a plain gardening question"}}]}"""
+   "meaning": "asks_gardening_question holds when the request is a plain gardening question"},
+  "unless": {"name": "asks_for_banned_product",
+   "question": "Does the user ask for a banned product?",
+   "meaning": "asks_for_banned_product holds when the request asks for a banned product"}}]}"""
 
 
 def _pred(c: Condition, view: View) -> DraftPredicate:
@@ -148,7 +167,10 @@ def parse_slots(text: str, span: int) -> SpanDraft:
         rules.append(DraftRule(head=f"unsafe_content_{t.what}",
                                body=add(_pred(t.answer, "answer")), span=span))
     for r in d.over_refusal:
-        body = f"{add(_pred(r.request, 'request'))}, {add(REFUSES)}"
+        parts = [add(_pred(r.request, "request"))] if r.request else []
+        if r.unless:
+            parts.append(f"\\+ {add(_pred(r.unless, 'request'))}")
+        body = ", ".join([*parts, add(REFUSES)])
         rules.append(DraftRule(head=f"over_refusal_{r.what}", body=body, span=span))
     return SpanDraft(rules=rules, predicates=list(preds.values()))
 
