@@ -47,7 +47,7 @@ Guard errors and steps over ``stream.timeout_s`` fail closed: the stream ends wi
 fixed refusal and ``finish_reason`` ``content_filter``. Each step is timed in
 ``GuardResult.timings_s`` under ``stream.*`` keys (``stream.request_check``,
 ``stream.window_N``, ``stream.final_check``, ``stream.first_release``: seconds from the
-start to the first text sent).
+start to the first text sent); where release stopped is there too (``stream.*held_at_tokens``).
 """
 
 from __future__ import annotations
@@ -320,6 +320,7 @@ class GuardedStream:
             # The final check on the whole draft decides a rewrite (issue 54, item 4).
             if any(self._doubtful(w.decision) for w in vs):
                 self.hold = True  # the final check on the whole draft decides the rest
+                self.timings["stream.window_held_at_tokens"] = float(self._count(self.text[:cut]))
             elif self._doubted_at is not None and cut >= self._doubted_at:
                 # Every window up to here, this one with the text the token check doubted,
                 # read clearly safe: the doubt is resolved, the token check goes on.
@@ -406,8 +407,7 @@ class GuardedStream:
         return word_start_before(self.text, self._count, self.win_start, cut, want)
 
     def _release(self, upto: int) -> Iterator[StreamEvent]:
-        if upto > len(self.sent):
-            yield from self._send(self.text[len(self.sent):upto])
+        yield from self._send(self.text[len(self.sent):upto])  # nothing if upto <= sent
 
     def _send(self, text: str) -> Iterator[StreamEvent]:
         if not text:

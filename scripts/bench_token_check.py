@@ -5,8 +5,9 @@ is streamed from a fake source (4 words a piece, 10 ms apart: an upstream), with
 ``stream.token_check`` on and off:
 
 1. the benign answers of ``tests/data/unseen`` (about 400-600 tokens each), each with its
-   own request: chunks released after the first, seconds to the first text, and how the
-   stream ended;
+   own request: chunks released after the first, seconds to the first text, how the
+   stream ended, and where release first stopped (``w``: a window near a threshold, at
+   that many tokens; ``t``: the token check);
 2. each harmful passage there (the long form) between two benign answers: how many of
    its sentences reached the client, and the decision;
 3. cost: the token check's incremental forward over an answer arriving in pieces against
@@ -147,10 +148,14 @@ def main() -> None:
             chunks, end, lags = stream(guards[on], e["request"], e["answer"])
             if end.result.decision.action == "allow":
                 lag[on] += lags
-            first = end.result.timings_s.get("stream.first_release", float("nan"))
+            t = end.result.timings_s
+            first = t.get("stream.first_release", float("nan"))
             rows[on].append((len(chunks) - 1, first, end.result.decision.action))
+            # Where release stopped: a window near a threshold (w), the token check (t).
+            held = " ".join(f"{k[0]}{int(t[f'stream.{k}_held_at_tokens'])}"
+                            for k in ("window", "token") if f"stream.{k}_held_at_tokens" in t)
             line.append(f"{'on' if on else 'off'}: {len(chunks) - 1:>3} {first:5.2f} "
-                        f"{end.result.decision.action:<7}")
+                        f"{end.result.decision.action:<7} {held:<10}")
         print("  " + "   ".join(line), flush=True)
     for on in (True, False):
         ok = [r for r in rows[on] if r[2] == "allow"]

@@ -151,6 +151,36 @@ def test_a_score_at_a_threshold_is_not_resumed_by_a_clear_window(monkeypatch):
     assert not any(t > first for t, _ in meter.reads)  # never read again
 
 
+def test_a_window_near_a_threshold_holds_the_rest_for_the_final_check():
+    # A window whose content reads 0.3 (minimal's content threshold 0.75, the hold level
+    # 0.15 of it) is allowed but releases nothing more: the rest leaves after the final
+    # check, in one piece, and the trace says where release stopped.
+    from tests.scripted import _VARIANTS
+    from tests.test_streaming import Grounder
+
+    HARMFUL = "response_provides_harmful_instructions"
+
+    class Doubts(Grounder):
+        def __call__(self, prefix: str, suffix: str) -> float:
+            p = super().__call__(prefix, suffix)
+            name = next(n for q, n in _VARIANTS.items() if q in suffix)
+            resp = prefix.split("<<<RESPONSE>>>", 1)[-1]
+            return 0.3 if "MAYBE" in resp and name == HARMFUL else p
+
+    toks = words(200)
+    toks[120] = " MAYBE"
+    guard, _, _ = make(toks, grounder=Doubts(), stream={
+        "window_tokens": 60, "overlap_tokens": 10, "first_window_tokens": 60,
+        "token_check": False})
+    chunks, end = _run(guard)
+    assert end.result.decision.action == "allow"
+    assert end.result.final == "".join(toks).lstrip()
+    assert "MAYBE" in chunks[-1].text and "w100" in chunks[-1].text  # held with it
+    assert len(chunks) >= 2 and "w30" in chunks[0].text  # windows before it had gone out
+    held = end.result.timings_s["stream.window_held_at_tokens"]
+    assert held >= len("".join(toks[:121]).split())
+
+
 def test_the_token_check_can_be_turned_off(monkeypatch):
     guard, _, _ = make(words(60), stream={"window_tokens": 100, "overlap_tokens": 10,
                                           "first_window_tokens": 100, "token_check": False})
