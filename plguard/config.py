@@ -253,6 +253,10 @@ class StreamConfig(_Strict):
         "release nothing before the final check. 0.15: at 0.5 and 0.3 the first lines of a "
         "ransomware snippet (tests/data/unseen, h15) were released before the refusal; "
         "holding more costs a benign stream smoothness (docs/quality.md), never its text.")
+    window_hold_fraction: float | None = Field(
+        None, ge=0, le=1, description="hold_fraction for the windows alone (a window this "
+        "near a threshold holds the rest for the final check); null: hold_fraction. The "
+        "token check always uses hold_fraction (eval/results/stream_holds).")
     token_check: bool = Field(
         True, description="Between windows, score the newest tokens with the grounder's "
         "answer-alone content heads from one incremental forward (plguard.token_check) and "
@@ -275,7 +279,7 @@ class StreamConfig(_Strict):
         False, description="Once a window that reads the text a token check step doubted "
         "(near a threshold) finds it clearly safe, the token check goes on; off: windows "
         "alone release the rest. Never after a step at a threshold (eval/results/"
-        "token_resume).")
+        "stream_holds).")
     mode: Literal["buffered", "audit"] = Field(
         "buffered", description="buffered: text is released only after its window is "
         "allowed (nothing unchecked ever leaves). audit: text is sent as it is generated and "

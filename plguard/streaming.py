@@ -318,7 +318,7 @@ class GuardedStream:
             # An over-refusal is not decided here: a polite or hedging opening reads like a
             # refusal in a partial window, and holding on it held whole helpful answers.
             # The final check on the whole draft decides a rewrite (issue 54, item 4).
-            if any(self._doubtful(w.decision) for w in vs):
+            if any(self._doubtful(w.decision, self.cfg.window_hold_fraction) for w in vs):
                 self.hold = True  # the final check on the whole draft decides the rest
                 self.timings["stream.window_held_at_tokens"] = float(self._count(self.text[:cut]))
             elif self._doubted_at is not None and cut >= self._doubted_at:
@@ -384,9 +384,9 @@ class GuardedStream:
         self.timings["stream.token_check_tokens"] = float(self.meter.tokens_forwarded)
         return scores
 
-    def _doubtful(self, d: Decision) -> bool:
-        """Whether an allowed window is near a refusal (``stream.hold_fraction``)."""
-        th, frac = self.guard.thresholds, self.cfg.hold_fraction
+    def _doubtful(self, d: Decision, frac: float | None = None) -> bool:
+        """Whether an allowed decision is near a refusal (``frac`` or hold_fraction of it)."""
+        th, frac = self.guard.thresholds, self.cfg.hold_fraction if frac is None else frac
         return (d.strongest_unsafe[1] >= frac * th.unsafe
                 or d.strongest_content[1] >= frac * th.content)
 
@@ -397,8 +397,7 @@ class GuardedStream:
             has_new = len(self.text.rstrip(_SPACES)) > self.checked
             return len(self.text) if has_new and self.win_start > 0 else None
         # The first window is small, so the first text leaves early; the rest are full size.
-        first = self.cfg.first_window_tokens
-        size = self.cfg.window_tokens
+        size, first = self.cfg.window_tokens, self.cfg.first_window_tokens
         if self.windows == 0 and first is not None:
             size = min(first, size)
         return window_end(self.text, self._count, self.win_start, self.checked, size)

@@ -151,10 +151,12 @@ def test_a_score_at_a_threshold_is_not_resumed_by_a_clear_window(monkeypatch):
     assert not any(t > first for t, _ in meter.reads)  # never read again
 
 
-def test_a_window_near_a_threshold_holds_the_rest_for_the_final_check():
+@pytest.mark.parametrize("window_hold", [None, 0.5])
+def test_a_window_near_a_threshold_holds_the_rest_for_the_final_check(window_hold):
     # A window whose content reads 0.3 (minimal's content threshold 0.75, the hold level
     # 0.15 of it) is allowed but releases nothing more: the rest leaves after the final
-    # check, in one piece, and the trace says where release stopped.
+    # check, in one piece, and the trace says where release stopped. With the windows' own
+    # hold level at 0.5 (0.375 here) it is clearly safe and streams on.
     from tests.scripted import _VARIANTS
     from tests.test_streaming import Grounder
 
@@ -171,10 +173,14 @@ def test_a_window_near_a_threshold_holds_the_rest_for_the_final_check():
     toks[120] = " MAYBE"
     guard, _, _ = make(toks, grounder=Doubts(), stream={
         "window_tokens": 60, "overlap_tokens": 10, "first_window_tokens": 60,
-        "token_check": False})
+        "token_check": False, "window_hold_fraction": window_hold})
     chunks, end = _run(guard)
     assert end.result.decision.action == "allow"
     assert end.result.final == "".join(toks).lstrip()
+    if window_hold is not None:
+        assert "stream.window_held_at_tokens" not in end.result.timings_s
+        assert "MAYBE" not in chunks[-1].text and len(chunks) >= 4
+        return
     assert "MAYBE" in chunks[-1].text and "w100" in chunks[-1].text  # held with it
     assert len(chunks) >= 2 and "w30" in chunks[0].text  # windows before it had gone out
     held = end.result.timings_s["stream.window_held_at_tokens"]
