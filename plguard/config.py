@@ -264,6 +264,11 @@ class StreamConfig(_Strict):
         "rule stays under hold_fraction of its threshold; windows and the final check still "
         "judge everything. Needs heads that read answers alone and a backend with hidden "
         "states (transformers); otherwise text is released window by window.")
+    token_read: Literal["alone", "context"] = Field(
+        "alone", description="How the token check reads the newest tokens: alone (in the "
+        "answer's template by themselves, the view its heads were fitted on; one short "
+        "forward a step) or context (one incremental forward over the whole answer: cheaper, "
+        "but blind to a passage deep in a long answer, docs/benchmarks.md).")
     token_step: int = Field(32, ge=1, description="The token check reads the draft in "
                             "steps of about this many tokens (ending at word boundaries); "
                             "each step is one forward of the grounding model, with a fixed "

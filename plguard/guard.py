@@ -188,7 +188,8 @@ class Guard:
                 or len(response) - len(names) > MAX_FREE_PREDICATES
                 or self.grounder.heads is None):
             return None
-        return TokenMeter(self.grounder_backend, self.grounder.heads, names)
+        return TokenMeter(self.grounder_backend, self.grounder.heads, names,
+                          self.config.stream.token_read)
 
     def gate(self, request: Grounding, scores: Mapping[str, float]) -> Assessment:
         """The token check's decision (:func:`plguard.judging.gate`): nothing generated."""

@@ -20,12 +20,15 @@ check*), ``scripts/bench_token_check.py`` and eval/results/token_lag.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from plguard.backends.incremental import IncrementalStates
-from plguard.grounding.alone import ANSWER_WINDOW_TOKENS, render_alone
+from plguard.grounding.alone import ANSWER_WINDOW_TOKENS, pooled_view, render_alone
 from plguard.grounding.prompt import escape_data
+from plguard.grounding.scoring import score_alone
 from plguard.heads.artefact import HeadsFile
+
+TokenRead = Literal["alone", "context"]
 
 
 def metered(heads: HeadsFile | None, response: Sequence[str]) -> list[str]:
@@ -40,37 +43,61 @@ def metered(heads: HeadsFile | None, response: Sequence[str]) -> list[str]:
 
 
 class TokenMeter:
-    """Each metered predicate's P on the newest window of a growing answer."""
+    """Each metered predicate's P on the newest window of a growing answer.
 
-    def __init__(self, backend: Any, heads: HeadsFile, names: Sequence[str]) -> None:
-        self.heads = heads
+    ``read``: ``alone`` (the default) reads the newest ``window`` tokens by themselves in
+    the answer's chat template, exactly the view the heads were fitted on and the windows
+    read, one short forward per step; ``context`` reads them from one incremental forward
+    over the whole answer (the KV cache), cheaper, but its states carry everything before:
+    on ~950 tokens of benign text a harmful passage read 0.00-0.09 where its windows read
+    over the threshold (docs/benchmarks.md, *Token check*).
+    """
+
+    def __init__(self, backend: Any, heads: HeadsFile, names: Sequence[str],
+                 read: TokenRead = "alone") -> None:
+        self.backend, self.heads, self.read = backend, heads, read
         self.names = list(names)
         self.window = int(heads.alone.get("window_tokens", ANSWER_WINDOW_TOKENS))
-        layers = sorted({heads.heads[n].layer for n in self.names})
-        self.layer_at = {x: i for i, x in enumerate(layers)}
-        before, _ = render_alone(backend).answer
-        self.reader = IncrementalStates(backend, before, layers)
+        self.layers = sorted({heads.heads[n].layer for n in self.names})
+        self.layer_at = {x: i for i, x in enumerate(self.layers)}
+        self.template = render_alone(backend).answer
+        self.reader = (IncrementalStates(backend, self.template[0], self.layers)
+                       if read == "context" else None)
+        self._forwarded = 0
 
     @property
     def tokens_forwarded(self) -> int:
-        """Tokens forwarded so far (a whole answer read once: its token count)."""
-        return self.reader.forwarded
+        """Answer tokens forwarded so far (a whole answer read once: its token count)."""
+        return self.reader.forwarded if self.reader is not None else self._forwarded
 
     def update(self, answer: str) -> dict[str, float] | None:
         """The scores on the newest window of ``answer``; None once the reader stopped."""
         import numpy as np
 
-        states = self.reader.feed(escape_data(answer), last=self.window)
-        if states is None:
-            return None
-        if len(states) == 0:
+        if self.reader is None:
+            mean = self._alone(escape_data(answer))
+        else:
+            states = self.reader.feed(escape_data(answer), last=self.window)
+            if states is None:
+                return None
+            mean = states.mean(axis=0) if len(states) else None
+        if mean is None:
             return {n: 0.0 for n in self.names}
-        mean = states.mean(axis=0)
         out = {}
         for n in self.names:
             h = self.heads.heads[n]
             out[n] = h.score(np.asarray(mean[self.layer_at[h.layer]], dtype=np.float64))
         return out
 
+    def _alone(self, text: str) -> Any:
+        """The pooled states of ``text``'s newest ``window`` tokens, read alone."""
+        ids = self.backend.encode(text)
+        if not ids:
+            return None
+        piece = self.backend.tokenizer.decode(ids[-self.window:])
+        self._forwarded += min(len(ids), self.window)
+        st = score_alone(self.backend, self.layers, [pooled_view(self.template, piece)])[0]
+        return st.pool_state
 
-__all__ = ["TokenMeter", "metered"]
+
+__all__ = ["TokenMeter", "TokenRead", "metered"]

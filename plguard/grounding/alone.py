@@ -49,7 +49,8 @@ def render_alone(backend: Backend) -> AloneTemplate:
     return AloneTemplate((a, b), (c, d))
 
 
-def _pooled(parts: tuple[str, str], text: str) -> TFRequest:
+def pooled_view(parts: tuple[str, str], text: str) -> TFRequest:
+    """``text`` in one view's template, its states pooled over the text's span."""
     before, after = parts
     # No question follows: the forward reads the states, and its pool is the text's span.
     return TFRequest(prefix=before + text + after, suffixes=(),
@@ -63,7 +64,7 @@ def request_view(backend: Backend, template: AloneTemplate, request: str,
     cut = False
     if backend.count_tokens(text) > max_tokens:
         text, cut = backend.truncate_text(text, max_tokens)
-    return _pooled(template.request, text), cut
+    return pooled_view(template.request, text), cut
 
 
 def answer_windows(backend: Backend, template: AloneTemplate, answer: str,
@@ -71,8 +72,8 @@ def answer_windows(backend: Backend, template: AloneTemplate, answer: str,
                    overlap: int = ANSWER_WINDOW_OVERLAP) -> list[TFRequest]:
     """Each window of ``answer`` alone, in order (one for an answer that fits one)."""
     text = escape_data(answer)
-    return [_pooled(template.answer, w) for w in backend.window_text(text, size, overlap)]
+    return [pooled_view(template.answer, w) for w in backend.window_text(text, size, overlap)]
 
 
 __all__ = ["ALONE_VERSION", "ANSWER_WINDOW_OVERLAP", "ANSWER_WINDOW_TOKENS", "AloneTemplate",
-           "answer_windows", "render_alone", "request_view"]
+           "answer_windows", "pooled_view", "render_alone", "request_view"]

@@ -11,7 +11,12 @@ Two rules stop a guarded stream's release before its final check (plguard/stream
   it clearly safe (variant ``resume``);
 * a window allowed but near a threshold holds everything after it for the final check
   (``stream.window_hold_fraction``, by default ``hold_fraction``, 0.15); variants
-  ``window30`` and ``window50`` set it to 0.3 and 0.5 (the token check keeps 0.15).
+  ``window30`` and ``window50`` set it to 0.3 and 0.5 (the token check keeps 0.15);
+* ``alone``: the token check reads the newest tokens alone (``stream.token_read``), where
+  the others read them in the context of the whole answer so far; added after the
+  benchmark showed the in-context read blind to passages deep in long unseen answers.
+  Its rule (fixed before its run): it becomes the default if, on both sets, no refused
+  harmful stream sends five words of its passage, whatever it costs in pieces.
 
 What a variant buys is pieces on benign answers; what it could cost is a harmful passage's
 first words released before the refusal. Dev items only (``scripts/results/token_lag.py``'s
@@ -19,7 +24,7 @@ sets, none of ``tests/data/unseen``), each streamed through ``Guard.stream`` (mi
 shipped heads, no repair) from a fake upstream, 4 words every 10 ms
 (``scripts/bench_token_check.py``'s source):
 
-* benign carriers alone: with each variant and with the shipped settings (``base``),
+* benign carriers alone: with each variant and with the settings before (``base``),
   pieces after the first;
 * harmful passages between two carriers: with each variant (whether five words of the
   passage, or a sentence, reached the client in a stream that ends refused; a passage the
@@ -29,8 +34,9 @@ shipped heads, no repair) from a fake upstream, 4 words every 10 ms
 The rule, fixed before each variant's run: a variant becomes the default if, on both sets,
 no refused harmful stream sends five words of its passage with it, and the benign carriers'
 median pieces rise (on both sets); of ``window30`` and ``window50``, when both qualify, the
-one with more pieces (summed over the two sets' medians; a tie keeps 0.3). Records to ``DIR/holds-<set>.jsonl`` (one per item and variant,
-flushed; a rerun skips what is there), the summary to ``DIR/holds-<set>.txt``.
+one with more pieces (summed over the two sets' medians; a tie keeps 0.3). Records to
+``DIR/holds-<set>.jsonl`` (one per item and variant, flushed; a rerun skips what is there),
+the summary to ``DIR/holds-<set>.txt``.
 (``resume`` was first run as ``scripts/results/token_resume.py``, its records keyed by
 ``resume`` true/false: read here as the variants ``resume`` and ``base``.)
 """
@@ -53,10 +59,14 @@ from conversation_turns import write_manifest  # noqa: E402
 from token_lag import LEAK_WORDS, items, plguard_items  # noqa: E402
 
 VARIANTS: dict[str, dict[str, object]] = {
-    "base": {"token_resume": False, "window_hold_fraction": None},  # before this study
-    "resume": {"token_resume": True, "window_hold_fraction": None},
-    "window30": {"token_resume": False, "window_hold_fraction": 0.3},
-    "window50": {"token_resume": False, "window_hold_fraction": 0.5},
+    # The settings before this study: the token check read in context (one incremental
+    # forward), as the first four variants did.
+    "base": {"token_read": "context", "token_resume": False, "window_hold_fraction": None},
+    "resume": {"token_read": "context", "token_resume": True, "window_hold_fraction": None},
+    "window30": {"token_read": "context", "token_resume": False, "window_hold_fraction": 0.3},
+    "window50": {"token_read": "context", "token_resume": False, "window_hold_fraction": 0.5},
+    # The token check reading the newest tokens alone (stream.token_read: alone).
+    "alone": {"token_read": "alone", "token_resume": False, "window_hold_fraction": None},
 }
 
 
