@@ -281,3 +281,60 @@ def test_on_the_embedded_model_a_benign_answer_flows_and_a_harmful_passage_stays
                  if len(s.strip()) > 20]
     assert sentences and not [s for s in sentences if s in out]
     assert out.startswith(b["answer"][:200])  # the benign opening did flow
+
+
+def _runs(text: str, n: int = 5) -> set[tuple[str, ...]]:
+    import re
+
+    w = re.findall(r"[a-z0-9']+", text.lower())
+    return {tuple(w[i:i + n]) for i in range(len(w) - n + 1)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("hid", ["h07", "h21"])
+def test_a_passage_deep_in_a_long_answer_is_held_before_five_words_leave(embedded_backend,
+                                                                         hid):
+    # ~950 tokens of benign text before the passage: read in the context of all of it
+    # (stream.token_read: context) the content head scored h07's passage 0.00-0.05 and
+    # the token check released 52 five-word runs of it before a window refused
+    # (bench_token_check, 2026-12-07). Read alone, as the heads were fitted, it holds.
+    from plguard import Guard, GuardConfig
+
+    data = yaml.safe_load(UNSEEN.read_text(encoding="utf-8"))
+    guard = Guard(GuardConfig.from_dict({"repair": {"max_rounds": 0}}),
+                  generator=embedded_backend)
+    h = next(e for e in data["harmful"] if e["id"] == hid)
+    text = "\n\n".join((data["benign"][0]["answer"], h["long_answer"],
+                        data["benign"][1]["answer"]))
+    events = list(guard.stream(h["request"], source=_source(text)))
+    out = "".join(e.text for e in events if isinstance(e, StreamChunk))
+    assert events[-1].blocked
+    assert not _runs(h["passage"]) & _runs(out)
+    t = events[-1].result.timings_s
+    assert t["stream.token_held_at_tokens"] > 900  # the token check read that far
+
+
+@pytest.mark.slow
+def test_the_alone_meter_reads_the_newest_window_as_the_grounder_reads_it(embedded_backend):
+    import numpy as np
+
+    from plguard.grounding.alone import answer_windows, render_alone
+    from plguard.grounding.scoring import score_alone
+    from plguard.heads.artefact import load_heads, shipped_heads
+    from plguard.token_check import TokenMeter
+
+    path = shipped_heads("minimal")
+    assert path is not None
+    heads = load_heads(path)
+    name = "response_provides_harmful_instructions"
+    meter = TokenMeter(embedded_backend, heads, [name])
+    answer = yaml.safe_load(UNSEEN.read_text(encoding="utf-8"))["benign"][2]["answer"]
+    got = meter.update(answer)
+    tail = embedded_backend.tokenizer.decode(embedded_backend.encode(answer)[-meter.window:])
+    view = answer_windows(embedded_backend, render_alone(embedded_backend), tail)
+    assert len(view) == 1
+    st = score_alone(embedded_backend, meter.layers, view)[0]
+    h = heads.heads[name]
+    want = h.score(np.asarray(st.pool_state[0], dtype=np.float64))
+    assert got is not None and got[name] == pytest.approx(want, abs=1e-6)
+    assert meter.tokens_forwarded == meter.window
