@@ -113,10 +113,18 @@ def cost(guard: Guard, text: str, step: int | None = None
     with torch.inference_mode():
         b.model(input_ids=torch.tensor([ids]), output_hidden_states=True, logits_to_keep=1)
     t_one = time.perf_counter() - t0
-    once = IncrementalStates(b, meter.reader.before, meter.reader.layers)
+    once = IncrementalStates(b, before, meter.layers)
     t0 = time.perf_counter()
     once.feed(escape_data(text))
     return t_inc, t_one, time.perf_counter() - t0, meter.tokens_forwarded, len(ids)
+
+
+# The token check read alone (the default), read in context (one incremental forward), off.
+MODES: dict[str, dict[str, object]] = {
+    "alone": {"token_check": True, "token_read": "alone"},
+    "context": {"token_check": True, "token_read": "context"},
+    "off": {"token_check": False},
+}
 
 
 def main() -> None:
@@ -127,76 +135,80 @@ def main() -> None:
                     help="section 3 alone (a minute, not the streams' half hour)")
     a = ap.parse_args()
     if a.cost_only:
-        guard = Guard(GuardConfig.from_dict({"repair": {"max_rounds": 0}}))
         print(f"embedded model, minimal, shipped heads; {a.benign} benign answers")
-        section_cost(guard, yaml.safe_load(DATA.read_text(encoding="utf-8"))["benign"]
-                     [:a.benign])
+        for m in ("alone", "context"):
+            guard = Guard(GuardConfig.from_dict({"repair": {"max_rounds": 0},
+                                                 "stream": MODES[m]}))
+            section_cost(guard, yaml.safe_load(DATA.read_text(encoding="utf-8"))["benign"]
+                         [:a.benign])
         return
     data = yaml.safe_load(DATA.read_text(encoding="utf-8"))
-    guards = {on: Guard(GuardConfig.from_dict({"repair": {"max_rounds": 0},
-                                               "stream": {"token_check": on}}))
-              for on in (True, False)}
-    count = guards[True].grounder_backend.count_tokens
+    guards = {m: Guard(GuardConfig.from_dict({"repair": {"max_rounds": 0},
+                                              "stream": MODES[m]})) for m in MODES}
+    count = guards["alone"].grounder_backend.count_tokens
     print(f"embedded model, minimal, shipped heads; {a.benign} benign answers, "
-          f"{a.harmful} harmful passages; source: 4 words / 10 ms", flush=True)
-    print("\n1. benign answers: chunks after the first / first text (s) / action")
-    rows: dict[bool, list[tuple[int, float, str]]] = {True: [], False: []}
-    lag: dict[bool, list[float]] = {True: [], False: []}
+          f"{a.harmful} harmful passages; source: 4 words / 10 ms; token check read alone "
+          "(the default), read in context, off", flush=True)
+    print("\n1. benign answers: chunks after the first / first text (s) / action / where "
+          "release first stopped")
+    rows: dict[str, list[tuple[int, float, str]]] = {m: [] for m in MODES}
+    lag: dict[str, list[float]] = {m: [] for m in MODES}
     for e in data["benign"][:a.benign]:
-        line = [f"{e['id']:<5} {count(e['answer']):>4} tok"]
-        for on in (True, False):
-            chunks, end, lags = stream(guards[on], e["request"], e["answer"])
+        line = [f"{e['id']:<4} {count(e['answer']):>3} tok"]
+        for m in MODES:
+            chunks, end, lags = stream(guards[m], e["request"], e["answer"])
             if end.result.decision.action == "allow":
-                lag[on] += lags
+                lag[m] += lags
             t = end.result.timings_s
             first = t.get("stream.first_release", float("nan"))
-            rows[on].append((len(chunks) - 1, first, end.result.decision.action))
+            rows[m].append((len(chunks) - 1, first, end.result.decision.action))
             # Where release stopped: a window near a threshold (w), the token check (t).
             held = " ".join(f"{k[0]}{int(t[f'stream.{k}_held_at_tokens'])}"
                             for k in ("window", "token") if f"stream.{k}_held_at_tokens" in t)
-            line.append(f"{'on' if on else 'off'}: {len(chunks) - 1:>3} {first:5.2f} "
-                        f"{end.result.decision.action:<7} {held:<10}")
-        print("  " + "   ".join(line), flush=True)
-    for on in (True, False):
-        ok = [r for r in rows[on] if r[2] == "allow"]
-        print(f"  token check {'on ' if on else 'off'}: allowed {len(ok)}/{len(rows[on])}; of "
+            line.append(f"{m}: {len(chunks) - 1:>2} {first:4.2f} "
+                        f"{end.result.decision.action:<6} {held:<9}")
+        print("  " + " ".join(line), flush=True)
+    for m in MODES:
+        ok = [r for r in rows[m] if r[2] == "allow"]
+        print(f"  {m:<7}: allowed {len(ok)}/{len(rows[m])}; of "
               f"those, >= 8 chunks after the first: {sum(r[0] >= 8 for r in ok)}, median "
               f"chunks {statistics.median([r[0] for r in ok]) if ok else float('nan')}, "
               f"first text within 2 s: {sum(r[1] <= 2 for r in ok)}")
-    print("\n2. harmful passages between two benign answers: sentences sent, five-word runs "
-          "of the passage sent / action")
-    sent_by: dict[bool, list[int]] = {True: [], False: []}
-    runs_by: dict[bool, list[int]] = {True: [], False: []}
+    print("\n2. harmful passages between two benign answers: sentences of the long answer "
+          "sent, five-word runs of the passage sent / action")
+    sent_by: dict[str, list[int]] = {m: [] for m in MODES}
+    runs_by: dict[str, list[int]] = {m: [] for m in MODES}
     for e in data["harmful"][:a.harmful]:
         text = "\n\n".join((data["benign"][0]["answer"], e["long_answer"],
                             data["benign"][1]["answer"]))
         sents = [s.strip() for s in e["long_answer"].replace("\n", " ").split(".")
                  if len(s.strip()) > 20]
         line = [f"{e['id']:<5}"]
-        for on in (True, False):
-            chunks, end, _ = stream(guards[on], e["request"], text)
+        for m in MODES:
+            chunks, end, _ = stream(guards[m], e["request"], text)
             out = "".join(c.text for c in chunks)
             n = sum(s in out for s in sents)
             runs = len(_runs(e["passage"]) & _runs(out))
-            sent_by[on].append(n if end.result.decision.action == "refuse" else -1)
-            runs_by[on].append(runs if end.result.decision.action == "refuse" else -1)
-            line.append(f"{'on' if on else 'off'}: {n:>2}/{len(sents)} {runs:>3} "
+            sent_by[m].append(n if end.result.decision.action == "refuse" else -1)
+            runs_by[m].append(runs if end.result.decision.action == "refuse" else -1)
+            line.append(f"{m}: {n:>2}/{len(sents)} {runs:>3} "
                         f"{end.result.decision.action:<7}")
         print("  " + "   ".join(line), flush=True)
-    for on in (True, False):
-        caught = [n for n in sent_by[on] if n >= 0]
-        print(f"  token check {'on ' if on else 'off'}: refused {len(caught)}/"
-              f"{len(sent_by[on])}; a harmful sentence sent in {sum(n > 0 for n in caught)} "
-              f"of the refused streams, five words of the passage in "
-              f"{sum(n > 0 for n in runs_by[on] if n >= 0)}")
-    section_cost(guards[True], data["benign"][:a.benign])
-    section_lag(guards[True].config.stream.token_lag, guards[True].config.stream.token_step,
-                lag)
+    for m in MODES:
+        caught = [n for n in sent_by[m] if n >= 0]
+        print(f"  {m:<7}: refused {len(caught)}/{len(sent_by[m])}; a sentence of the long "
+              f"answer sent in {sum(n > 0 for n in caught)} of the refused streams, five words "
+              f"of the passage in {sum(n > 0 for n in runs_by[m] if n >= 0)}")
+    section_cost(guards["alone"], data["benign"][:a.benign])
+    section_cost(guards["context"], data["benign"][:a.benign])
+    section_lag(guards["alone"].config.stream.token_lag,
+                guards["alone"].config.stream.token_step, lag)
 
 
 def section_cost(guard: Guard, benign: list[dict[str, str]]) -> None:
     """Section 3 (module docstring)."""
-    print("\n3. cost: incremental token check vs one forward over the whole answer")
+    print(f"\n3. cost ({guard.config.stream.token_read} read): the token check's steps vs one "
+          "forward over the whole answer")
     ratios, same = [], []
     for e in benign:
         t_inc, t_one, t_deep, n_inc, n_one = cost(guard, e["answer"])
@@ -209,15 +221,15 @@ def section_cost(guard: Guard, benign: list[dict[str, str]]) -> None:
           f"{statistics.median(same):.2f}x against one forward as deep")
 
 
-def section_lag(token_lag: int, token_step: int, lag: dict[bool, list[float]]) -> None:
+def section_lag(token_lag: int, token_step: int, lag: dict[str, list[float]]) -> None:
     """Section 4 (module docstring)."""
     print(f"\n4. lag: text is released stream.token_lag = {token_lag} tokens behind the newest "
           f"token read (read every stream.token_step = {token_step}); seconds from a "
           "character's arrival to its release (allowed benign streams):")
-    for on in (True, False):
-        xs = sorted(lag[on])
+    for m, got in lag.items():
+        xs = sorted(got)
         if xs:
-            print(f"  token check {'on ' if on else 'off'}: median {statistics.median(xs):.2f} s,"
+            print(f"  {m:<7}: median {statistics.median(xs):.2f} s,"
                   f" 90th percentile {xs[int(0.9 * (len(xs) - 1))]:.2f} s over {len(xs)} "
                   "released pieces")
 
