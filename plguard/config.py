@@ -277,9 +277,10 @@ class StreamConfig(_Strict):
     token_lag: int = Field(64, ge=0, description="Text is released this many tokens "
                            "before the newest token the token check read, so a passage's "
                            "opening is read with what follows it before it leaves. 64: on "
-                           "dev (scripts/results/token_lag.py), the content heads first hold "
-                           "a harmful passage a median 57 tokens into it; 32 let 5+ words "
-                           "of 6 of 30 held passages out, 64 of 1 (eval/results/token_lag).")
+                           "dev (scripts/results/token_lag.py), the token check first holds "
+                           "a harmful passage a median 41-43 tokens into it (max 88); 32 let "
+                           "5+ words of 2 of 28 held passages out, 64 none (eval/results/"
+                           "token_lag-alone).")
     token_resume: bool = Field(
         False, description="Once a window that reads the text a token check step doubted "
         "(near a threshold) finds it clearly safe, the token check goes on; off: windows "
