@@ -2,19 +2,24 @@
 
 A stream's windows are its full check, but a window releases text only once it is whole
 (``stream.window_tokens``), so a reader waited window by window. :class:`TokenMeter` reads
-the answer as it arrives, in one incremental forward of the grounding model
-(:class:`~plguard.backends.incremental.IncrementalStates`, with the KV cache), and after
-every piece scores each response predicate that has an answer-alone head (the content
-heads of issue 53) on the mean state of the newest ``window`` tokens, the size those heads
-were fitted on. The stream (plguard.streaming) then releases text a few tokens behind
-that score while the policy's unsafe and content rules, with these scores and the request's,
-and every other response predicate at its worst, stay clearly below their thresholds
-(``Guard.gate``, the check pipeline's ``gate``); the windows and the final check still
-judge everything, every predicate, before the stream ends.
+the answer as it arrives: after every step it scores each response predicate that has an
+answer-alone head (the content heads of issue 53) on the mean state of the newest
+``window`` tokens (the size those heads were fitted on), read alone in the answer's
+template, exactly as the windows read the answer (``stream.token_read: alone``, the
+default), or in one incremental forward of the whole answer so far with its KV cache
+(:class:`~plguard.backends.incremental.IncrementalStates`, ``token_read: context``). The
+stream (plguard.streaming) then releases text a few tokens behind that score while the
+policy's unsafe and content rules, with these scores and the request's, and every other
+response predicate at its worst, stay clearly below their thresholds (``Guard.gate``, the
+check pipeline's ``gate``); the windows and the final check still judge everything, every
+predicate, before the stream ends.
 
-The states differ from a window read alone: each token here has the whole answer so far as
-its context. What that costs and what it catches are measured in docs/benchmarks.md (*Token
-check*), ``scripts/bench_token_check.py`` and eval/results/token_lag.
+The in-context read is about as cheap as one forward over the answer, but each token's
+state carries the whole answer before it, which the heads never saw in fitting: ~950
+tokens into a stream it read harmful passages at 0.00-0.09 and let 4 of 20 refused
+passages of the unseen set out before a window caught them. What each read costs and
+catches: docs/benchmarks.md (*Token check*), ``scripts/bench_token_check.py``,
+eval/results/token_lag-alone and eval/results/stream_holds.
 """
 
 from __future__ import annotations
