@@ -342,7 +342,7 @@ class GuardedStream:
         boundaries (:func:`~plguard.stream_cuts.window_end`, from the text alone): a draft
         that arrived in one burst is read step by step, exactly as one that trickled in,
         so what is released is a function of the draft, not of timing. Each step is one
-        incremental forward (a forward has a fixed cost, docs/benchmarks.md). A score near
+        forward (``stream.token_read``; each has a fixed cost, docs/benchmarks.md). A score near
         a threshold stops it: the windows decide from there, and the check goes on once a
         window that reads the doubted text finds it clearly safe (``stream.token_resume``;
         never after a score at a threshold).
