@@ -60,7 +60,7 @@ class TokenMeter:
 
     def __init__(self, backend: Any, heads: HeadsFile, names: Sequence[str],
                  read: TokenRead = "alone") -> None:
-        self.backend, self.heads, self.read = backend, heads, read
+        self.backend, self.heads = backend, heads
         self.names = list(names)
         self.window = int(heads.alone.get("window_tokens", ANSWER_WINDOW_TOKENS))
         self.layers = sorted({heads.heads[n].layer for n in self.names})

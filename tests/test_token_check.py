@@ -283,13 +283,6 @@ def test_on_the_embedded_model_a_benign_answer_flows_and_a_harmful_passage_stays
     assert out.startswith(b["answer"][:200])  # the benign opening did flow
 
 
-def _runs(text: str, n: int = 5) -> set[tuple[str, ...]]:
-    import re
-
-    w = re.findall(r"[a-z0-9']+", text.lower())
-    return {tuple(w[i:i + n]) for i in range(len(w) - n + 1)}
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("hid", ["h07", "h21"])
 def test_a_passage_deep_in_a_long_answer_is_held_before_five_words_leave(embedded_backend,
@@ -299,6 +292,7 @@ def test_a_passage_deep_in_a_long_answer_is_held_before_five_words_leave(embedde
     # the token check released 52 five-word runs of it before a window refused
     # (bench_token_check, 2026-12-07). Read alone, as the heads were fitted, it holds.
     from plguard import Guard, GuardConfig
+    from tests.test_unseen_passages import leaked
 
     data = yaml.safe_load(UNSEEN.read_text(encoding="utf-8"))
     guard = Guard(GuardConfig.from_dict({"repair": {"max_rounds": 0}}),
@@ -309,7 +303,7 @@ def test_a_passage_deep_in_a_long_answer_is_held_before_five_words_leave(embedde
     events = list(guard.stream(h["request"], source=_source(text)))
     out = "".join(e.text for e in events if isinstance(e, StreamChunk))
     assert events[-1].blocked
-    assert not _runs(h["passage"]) & _runs(out)
+    assert not leaked(h["passage"], out)
     t = events[-1].result.timings_s
     assert t["stream.token_held_at_tokens"] > 900  # the token check read that far
 
