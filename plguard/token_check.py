@@ -28,9 +28,8 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from plguard.backends.incremental import IncrementalStates
-from plguard.grounding.alone import ANSWER_WINDOW_TOKENS, pooled_view, render_alone
+from plguard.grounding.alone import ANSWER_WINDOW_TOKENS, render_alone
 from plguard.grounding.prompt import escape_data
-from plguard.grounding.scoring import score_alone
 from plguard.heads.artefact import HeadsFile
 
 TokenRead = Literal["alone", "context"]
@@ -52,7 +51,8 @@ class TokenMeter:
 
     ``read``: ``alone`` (the default) reads the newest ``window`` tokens by themselves in
     the answer's chat template, exactly the view the heads were fitted on and the windows
-    read, one short forward per step; ``context`` reads them from one incremental forward
+    read, one forward of the window's tokens per step behind the template's cached keys
+    and values; ``context`` reads them from one incremental forward
     over the whole answer (the KV cache), cheaper, but its states carry everything before:
     on ~950 tokens of benign text a harmful passage read 0.00-0.09 where its windows read
     over the threshold (docs/benchmarks.md, *Token check*).
@@ -65,27 +65,32 @@ class TokenMeter:
         self.window = int(heads.alone.get("window_tokens", ANSWER_WINDOW_TOKENS))
         self.layers = sorted({heads.heads[n].layer for n in self.names})
         self.layer_at = {x: i for i, x in enumerate(self.layers)}
-        self.template = render_alone(backend).answer
-        self.reader = (IncrementalStates(backend, self.template[0], self.layers)
-                       if read == "context" else None)
-        self._forwarded = 0
+        self.read = read
+        # Both reads keep the template's KV cache: in context the answer grows behind it;
+        # alone each step's newest window replaces the last one behind it (the cache is
+        # cut back to the tokens they share, the template at least: a causal model's
+        # states of the template are the same whatever window follows, so only the
+        # window's tokens are forwarded; 1.66x one forward over the answer before, when
+        # each step forwarded the template again).
+        self.reader = IncrementalStates(backend, render_alone(backend).answer[0], self.layers)
 
     @property
     def tokens_forwarded(self) -> int:
-        """Answer tokens forwarded so far (a whole answer read once: its token count)."""
-        return self.reader.forwarded if self.reader is not None else self._forwarded
+        """Tokens forwarded so far, the template's once (a whole answer read once: its count)."""
+        return self.reader.forwarded
 
     def update(self, answer: str) -> dict[str, float] | None:
         """The scores on the newest window of ``answer``; None once the reader stopped."""
         import numpy as np
 
-        if self.reader is None:
-            mean = self._alone(escape_data(answer))
-        else:
-            states = self.reader.feed(escape_data(answer), last=self.window)
-            if states is None:
-                return None
-            mean = states.mean(axis=0) if len(states) else None
+        text = escape_data(answer)
+        if self.read == "alone":
+            ids = self.backend.encode(text)
+            text = self.backend.tokenizer.decode(ids[-self.window:]) if ids else ""
+        states = self.reader.feed(text, last=None if self.read == "alone" else self.window)
+        if states is None:
+            return None
+        mean = states.mean(axis=0) if len(states) else None
         if mean is None:
             return {n: 0.0 for n in self.names}
         out = {}
@@ -93,16 +98,6 @@ class TokenMeter:
             h = self.heads.heads[n]
             out[n] = h.score(np.asarray(mean[self.layer_at[h.layer]], dtype=np.float64))
         return out
-
-    def _alone(self, text: str) -> Any:
-        """The pooled states of ``text``'s newest ``window`` tokens, read alone."""
-        ids = self.backend.encode(text)
-        if not ids:
-            return None
-        piece = self.backend.tokenizer.decode(ids[-self.window:])
-        self._forwarded += min(len(ids), self.window)
-        st = score_alone(self.backend, self.layers, [pooled_view(self.template, piece)])[0]
-        return st.pool_state
 
 
 __all__ = ["TokenMeter", "TokenRead", "metered"]

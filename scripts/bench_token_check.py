@@ -132,13 +132,17 @@ def main() -> None:
     ap.add_argument("--benign", type=int, default=24)
     ap.add_argument("--harmful", type=int, default=24)
     ap.add_argument("--cost-only", action="store_true",
-                    help="section 3 alone (a minute, not the streams' half hour)")
+                    help="section 3 alone (a minute a read, not the streams' half hour)")
+    ap.add_argument("--steps", default="",
+                    help="with --cost-only: also the alone read at these stream.token_step "
+                         "values (comma-separated), side by side")
     a = ap.parse_args()
     if a.cost_only:
         print(f"embedded model, minimal, shipped heads; {a.benign} benign answers")
-        for m in ("alone", "context"):
-            guard = Guard(GuardConfig.from_dict({"repair": {"max_rounds": 0},
-                                                 "stream": MODES[m]}))
+        runs = [MODES["alone"], MODES["context"]]
+        runs += [{**MODES["alone"], "token_step": int(x)} for x in a.steps.split(",") if x]
+        for cfg in runs:
+            guard = Guard(GuardConfig.from_dict({"repair": {"max_rounds": 0}, "stream": cfg}))
             section_cost(guard, yaml.safe_load(DATA.read_text(encoding="utf-8"))["benign"]
                          [:a.benign])
         return
@@ -207,8 +211,9 @@ def main() -> None:
 
 def section_cost(guard: Guard, benign: list[dict[str, str]]) -> None:
     """Section 3 (module docstring)."""
-    print(f"\n3. cost ({guard.config.stream.token_read} read): the token check's steps vs one "
-          "forward over the whole answer")
+    print(f"\n3. cost ({guard.config.stream.token_read} read, steps of "
+          f"{guard.config.stream.token_step} tokens): the token check's steps vs one forward "
+          "over the whole answer")
     ratios, same = [], []
     for e in benign:
         t_inc, t_one, t_deep, n_inc, n_one = cost(guard, e["answer"])

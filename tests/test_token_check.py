@@ -331,4 +331,4 @@ def test_the_alone_meter_reads_the_newest_window_as_the_grounder_reads_it(embedd
     h = heads.heads[name]
     want = h.score(np.asarray(st.pool_state[0], dtype=np.float64))
     assert got is not None and got[name] == pytest.approx(want, abs=1e-6)
-    assert meter.tokens_forwarded == meter.window
+    assert meter.tokens_forwarded == meter.reader.n_before + meter.window
