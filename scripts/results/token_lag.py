@@ -238,6 +238,9 @@ def main() -> None:
                     "plguard: the developers' dev passages (module docstring)")
     ap.add_argument("--holds", default="0.1,0.15,0.2,0.25,0.3,0.4,0.5,0.75,1.0",
                     help="hold levels (fractions of the thresholds) to tabulate")
+    ap.add_argument("--step", type=int, default=None,
+                    help="stream.token_step (default: the shipped config's); use a new --out "
+                         "for each, records do not say which step made them")
     a = ap.parse_args()
     from plguard import Guard, GuardConfig
 
@@ -249,7 +252,9 @@ def main() -> None:
         if path.exists() else set()
     todo = [it for it in (items() if a.set == "xstest" else plguard_items())
             if it["uid"] not in done]
-    with Guard(GuardConfig.from_dict({"policy": a.policy, "repair": {"max_rounds": 0}})) as g:
+    stream = {} if a.step is None else {"token_step": a.step}
+    with Guard(GuardConfig.from_dict({"policy": a.policy, "repair": {"max_rounds": 0},
+                                      "stream": stream})) as g:
         if g.token_meter() is None:
             raise SystemExit(f"policy {a.policy}: no token check (no answer-alone heads)")
         with path.open("a", encoding="utf-8") as f:
