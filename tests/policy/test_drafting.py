@@ -433,3 +433,91 @@ def test_an_over_refusal_rule_with_no_condition_is_fed_back_and_repaired():
     assert [(x.head, x.body) for x in d.rules] == [
         ("over_refusal_harmless",
          "asks_to_explain_topic, \\+ request_seeks_harm, answer_refuses")]
+
+
+REFUND_DOC = """# Refunds
+
+- Never promise a refund for an order older than 30 days.
+"""
+PROMISES = {"name": "promises_refund",
+            "question": "Does the assistant promise a refund for an order older than 30 days?",
+            "meaning": "the assistant promises a refund outside the 30-day window"}
+ASKS_REFUND = {"name": "asks_for_late_refund",
+               "question": "Does the user ask for a refund on an order older than 30 days?",
+               "meaning": "the request asks for a refund outside the 30-day window"}
+ANSWER_PROMISES = {"name": "answer_promises_refund",
+                   "question": "Does the answer promise a refund?",
+                   "meaning": "the answer promises a refund"}
+
+
+def _fed(backend) -> list[str]:
+    """Every last message of every chat the backend is asked (the loop's feedback)."""
+    fed: list[str] = []
+    inner = backend.generate
+
+    def generate(chats, params):
+        fed.append(chats[0][-1].content)
+        return inner(chats, params)
+
+    backend.generate = generate
+    return fed
+
+
+def test_a_request_condition_that_asks_about_the_answer_is_fed_back_and_repaired():
+    # The 1.5B's commonest wrong predicate (eval/results/drafting-slots): the request slot
+    # filled with a question about what the assistant does.
+    def script(text, rnd):
+        req = PROMISES if rnd == 0 else ASKS_REFUND
+        return slot_reply([{"what": "late_refund", "request": _cond(req),
+                            "answer": _cond(ANSWER_PROMISES)}])
+
+    backend = model(script)
+    fed = _fed(backend)
+    d = draft_once(backend, REFUND_DOC, split_spans(REFUND_DOC), rounds=2)
+    problems = [f for f in fed if f.startswith("Problems found")]
+    assert len(problems) == 1
+    assert "promises_refund reads the request alone" in problems[0]
+    assert "asks about the assistant's answer" in problems[0]
+    assert [(x.head, x.body) for x in d.rules] == [
+        ("unsafe_compliance_late_refund", "asks_for_late_refund, answer_promises_refund")]
+    assert {p.name: p.view for p in d.predicates} == {"asks_for_late_refund": "request",
+                                                      "answer_promises_refund": "answer"}
+
+
+def test_a_scope_flag_never_costs_a_span_the_last_reply_is_kept():
+    # The check reads wording only: when no re-ask is left, the reply is kept as it is.
+    def script(text, rnd):
+        return slot_reply([{"what": "late_refund", "request": _cond(PROMISES),
+                            "answer": _cond(ANSWER_PROMISES)}])
+
+    backend = model(script)
+    fed = _fed(backend)
+    d = draft_once(backend, REFUND_DOC, split_spans(REFUND_DOC), rounds=1)
+    assert sum(f.startswith("Problems found") for f in fed) == 1
+    assert all(s.ok for s in d.spans)
+    assert [x.body for x in d.rules] == ["promises_refund, answer_promises_refund"]
+
+
+@pytest.mark.parametrize(("view", "question", "flagged"), [
+    ("request", "Does the assistant promise a refund for an order older than 30 days?",
+     "about the assistant's answer"),
+    ("request", "Does the answer refuse the request?", "about the assistant's answer"),
+    ("request", "Does the AI's reply mention a dose?", "about the assistant's answer"),
+    ("request", "Does the request decline an educational question?", "refusing or declining"),
+    ("request", "Is the request to decline something?", "refusing or declining"),
+    ("answer", "Does the user ask for a refund?", "asks about the request"),
+    ("request", "Is the assistant asked to write a graded essay?", None),
+    ("request", "Does the user ask for the answers to a graded test?", None),
+    ("request", "Does the request seek help to cause real-world harm?", None),
+    ("answer", "Does the answer recommend a dose above the label?", None),
+    ("pair", "Does the answer refuse the request?", None),
+])
+def test_scope_problems_read_the_questions_subject(view, question, flagged):
+    from plguard.policy.drafting.scope import scope_problems
+
+    got = scope_problems([DraftPredicate(name="some_condition", question=question,
+                                         meaning="some_condition holds when ...", view=view)])
+    if flagged is None:
+        assert got == []
+    else:
+        assert len(got) == 1 and flagged in got[0] and "some_condition" in got[0]

@@ -8,7 +8,9 @@ and the rules are written from them; in the free form (:mod:`~plguard.policy.dra
 schema`) it writes the rule bodies itself. Each proposal is checked the way a hand-written
 bundle is: written with everything accepted so far and loaded (parse, validation,
 compilation), then linted; any error, with its file:line:col, goes back to the model, at
-most ``rounds`` times. A span that never passes is left out and reported, never
+most ``rounds`` times, and so does a condition whose question asks about the other side
+of the chat than the view it reads (:mod:`~plguard.policy.drafting.scope`; the last reply
+is kept with those). A span that never passes is left out and reported, never
 half-kept. Then the spans are composed: predicates of the same name are one; predicates
 whose one-line meanings are near-identical are merged into the first (each merge listed
 for review); duplicate rules are dropped.
@@ -31,6 +33,7 @@ from typing import Any, Literal
 from plguard.errors import PolicyError
 from plguard.policy.drafting import slots
 from plguard.policy.drafting.schema import SCHEMA, DraftPredicate, DraftRule, parse_draft
+from plguard.policy.drafting.scope import scope_problems
 from plguard.policy.drafting.spans import Span
 from plguard.policy.drafting.write import write_bundle
 from plguard.types import GenerationParams, Message
@@ -204,6 +207,8 @@ def draft_once(backend: Any, source: str, spans: Sequence[Span], *, rounds: int 
                            if slot else parse_draft(gen.text))
                     problems = _check(new, span, preds, rules, source, cites,
                                       Path(tmp) / f"span{span.index}-{r}")
+                    if not problems and r < rounds:  # the last reply is kept with them
+                        problems = scope_problems(new.predicates)
                 except ValueError as exc:
                     problems = [str(exc)]
                     if gen.n_new_tokens >= max_new_tokens:  # not malformed: unfinished

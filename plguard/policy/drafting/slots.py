@@ -113,7 +113,9 @@ answer) and applies rules. A part can state three kinds of rule:
   ("a request that does not seek X": unless it seeks X); either may be null, not both.
   Whether the answer refuses is checked for you.
 A condition has a name (lowercase_with_underscores, after what it asks), a yes/no question
-about the request or the answer, and a one-line meaning. Write one rule for each thing the
+about the request or the answer, and a one-line meaning. A request condition asks what the
+user asks for (never what the answer does, never whether anyone refuses); an answer
+condition asks what the answer says or does. Write one rule for each thing the
 part forbids or protects. A part that states no rule (a title, background) gets three empty
 lists. Reply with one JSON object.
 

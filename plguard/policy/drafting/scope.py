@@ -1,0 +1,54 @@
+"""Whether a drafted condition asks about the view it reads (issue 55).
+
+The commonest wrong predicate in the 1.5B model's drafts (eval/results/drafting-slots: 49
+of 139 request conditions, in four of the five policies) asks about the wrong side of the
+chat: a request condition that asks about the answer ("Does the assistant promise a
+refund ...?", "Does the answer refuse the request?"), or one about declining ("Does the
+request decline an educational question?", when refusing is the fixed ``answer_refuses``).
+Read on the request alone, such a question has no evidence to read. These checks find the
+plain cases from the question's wording (its subject, or a word for refusing) and name
+them, so the refinement loop can feed them back like a load error. They are only a
+reading of the wording, so a reply still flagged when no re-ask is left is accepted
+(:func:`plguard.policy.drafting.draft.draft_once`): a wrong flag costs a re-ask, never a
+span.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from plguard.policy.drafting.schema import DraftPredicate
+
+_AUX = r"^\s*(?:does|did|do|is|was|are|will|would|has|have|can|could|should)\s+(?:the\s+)?"
+# A question whose subject is the assistant's side ("Is the assistant asked to ..." is
+# about the request, so a passive ask after the subject does not count).
+_ABOUT_ANSWER = re.compile(_AUX + r"(?:assistant|answer|response|reply|model|ai|chatbot|bot)"
+                           r"(?:'s)?\b(?!\s+(?:being\s+)?(?:asked|requested|told)\b)", re.I)
+_REFUSING = re.compile(r"\b(?:refus\w*|declin\w*)", re.I)
+_ABOUT_REQUEST = re.compile(_AUX + r"(?:user|request|prompt|customer|patient|student)"
+                            r"(?:'s)?\b", re.I)
+
+
+def scope_problems(predicates: Iterable[DraftPredicate]) -> list[str]:
+    """Each request or answer condition whose question asks about the other side."""
+    out = []
+    for p in predicates:
+        q = p.question
+        if p.view == "request" and _ABOUT_ANSWER.search(q):
+            out.append(f"predicate {p.name} reads the request alone, but its question "
+                       f"({q!r}) asks about the assistant's answer: ask what the user asks "
+                       "for (for example 'Does the user ask for ...?'); what the answer "
+                       "does goes in an answer condition")
+        elif p.view == "request" and _REFUSING.search(q):
+            out.append(f"predicate {p.name} reads the request alone, but its question "
+                       f"({q!r}) is about refusing or declining: whether the answer refuses "
+                       "is checked for you; ask what kind of request it is")
+        elif p.view == "answer" and _ABOUT_REQUEST.search(q):
+            out.append(f"predicate {p.name} reads the answer alone, but its question "
+                       f"({q!r}) asks about the request: ask what the answer says or "
+                       "does (for example 'Does the answer give ...?')")
+    return out
+
+
+__all__ = ["scope_problems"]
