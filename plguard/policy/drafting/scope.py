@@ -2,9 +2,10 @@
 
 The commonest wrong predicate in the 1.5B model's drafts (eval/results/drafting-slots: 49
 of the 139 request-condition entries of its drafts and kept bundles, in four of the five
-policies) asks about the wrong side of the chat: a request condition that asks about the answer ("Does the assistant promise a
-refund ...?", "Does the answer refuse the request?"), or one about declining ("Does the
-request decline an educational question?", when refusing is the fixed ``answer_refuses``).
+policies) asks about the wrong side of the chat: a request condition that asks about the
+answer ("Does the assistant promise a refund ...?", "Does the answer refuse the
+request?"), or one about declining ("Does the request decline an educational
+question?", when refusing is the fixed ``answer_refuses``).
 Read on the request alone, such a question has no evidence to read. These checks find the
 plain cases from the question's wording (its subject, or a word for refusing) and name
 them, so the refinement loop can feed them back like a load error. They are only a
