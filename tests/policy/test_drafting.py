@@ -498,6 +498,28 @@ def test_a_scope_flag_never_costs_a_span_the_last_reply_is_kept():
     assert [x.body for x in d.rules] == ["promises_refund, answer_promises_refund"]
 
 
+def test_a_question_the_model_kept_on_the_wrong_side_is_listed_for_the_author(tmp_path):
+    def script(text, rnd):
+        return slot_reply([{"what": "late_refund", "request": _cond(PROMISES),
+                            "answer": _cond(ANSWER_PROMISES)}])
+
+    src = tmp_path / "POLICY.md"
+    src.write_text(REFUND_DOC, encoding="utf-8")
+    r = draft_policy(model(script), src, tmp_path / "out", drafts=1, rounds=1)
+    assert r.policy is not None
+    readme = (tmp_path / "out" / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Questions to reword", 1)[1]
+    assert "promises_refund reads the request alone" in section
+    assert "answer_promises_refund" not in section
+
+
+def test_a_bundle_with_questions_on_their_own_side_lists_none(tmp_path):
+    src = tmp_path / "POLICY.md"
+    src.write_text(DOC, encoding="utf-8")
+    draft_policy(model(good_slots), src, tmp_path / "out", drafts=1)
+    assert "Questions to reword" not in (tmp_path / "out" / "README.md").read_text()
+
+
 @pytest.mark.parametrize(("view", "question", "flagged"), [
     ("request", "Does the assistant promise a refund for an order older than 30 days?",
      "about the assistant's answer"),

@@ -37,6 +37,7 @@ from plguard.policy.drafting.draft import (
     used_names,
 )
 from plguard.policy.drafting.schema import DraftPredicate, DraftRule
+from plguard.policy.drafting.scope import scope_problems
 from plguard.policy.drafting.spans import split_spans
 from plguard.policy.drafting.unify import unify
 from plguard.policy.drafting.write import write_bundle
@@ -229,6 +230,16 @@ def _write_vetting(r: DraftReport, *, spans_total: int, need: int,
         mark = "yes" if (row.draft, row.head) in r.kept else "no"
         lines.append(f"| {row.draft} | `{row.head}` | `{row.body}` | "
                      f"{len(row.agreed_by)}/{k} | {mark} |")
+    if r.policy is not None:
+        names = {p.name for p in r.policy.predicates}
+        wrong = scope_problems([p for p in unified if p.name in names])
+        if wrong:
+            lines += ["", "## Questions to reword", "",
+                      "Each of these reads one side of the chat and asks about the other, so",
+                      "it has no evidence to read there; the drafting model was asked to fix",
+                      "it and did not (the check reads the wording: "
+                      "plguard/policy/drafting/scope.py).", ""]
+            lines += [f"- {x}" for x in wrong]
     flagged = [row for row in r.rows if row.share < need / k - 1e-9]
     if flagged:
         lines += ["", "## Where the drafts disagree", ""]
