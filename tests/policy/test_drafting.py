@@ -484,16 +484,19 @@ def test_a_request_condition_that_asks_about_the_answer_is_fed_back_and_repaired
                                                       "answer_promises_refund": "answer"}
 
 
-def test_a_scope_flag_never_costs_a_span_the_last_reply_is_kept():
-    # The check reads wording only: when no re-ask is left, the reply is kept as it is.
+def test_a_scope_flag_is_asked_about_once_and_never_costs_a_span():
+    # The check reads wording only, and the 1.5B never acted on it: one re-ask, then the
+    # reply is kept as it is, whatever rounds are left.
     def script(text, rnd):
         return slot_reply([{"what": "late_refund", "request": _cond(PROMISES),
                             "answer": _cond(ANSWER_PROMISES)}])
 
     backend = model(script)
     fed = _fed(backend)
-    d = draft_once(backend, REFUND_DOC, split_spans(REFUND_DOC), rounds=1)
+    d = draft_once(backend, REFUND_DOC, split_spans(REFUND_DOC), rounds=3)
+    assert len(fed) == 2
     assert sum(f.startswith("Problems found") for f in fed) == 1
+    assert [s.rounds for s in d.spans] == [2]
     assert all(s.ok for s in d.spans)
     assert [x.body for x in d.rules] == ["promises_refund, answer_promises_refund"]
 

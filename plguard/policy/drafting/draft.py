@@ -8,12 +8,12 @@ and the rules are written from them; in the free form (:mod:`~plguard.policy.dra
 schema`) it writes the rule bodies itself. Each proposal is checked the way a hand-written
 bundle is: written with everything accepted so far and loaded (parse, validation,
 compilation), then linted; any error, with its file:line:col, goes back to the model, at
-most ``rounds`` times, and so does a condition whose question asks about the other side
-of the chat than the view it reads (:mod:`~plguard.policy.drafting.scope`; the last reply
-is kept with those). A span that never passes is left out and reported, never
-half-kept. Then the spans are composed: predicates of the same name are one; predicates
-whose one-line meanings are near-identical are merged into the first (each merge listed
-for review); duplicate rules are dropped.
+most ``rounds`` times; a condition whose question asks about the other side of the chat
+than the view it reads (:mod:`~plguard.policy.drafting.scope`) is asked about once, and
+a reply still flagged is kept (the vetting README lists it). A span that never passes is
+left out and reported, never half-kept. Then the spans are composed: predicates of the
+same name are one; predicates whose one-line meanings are near-identical are merged into
+the first (each merge listed for review); duplicate rules are dropped.
 
 The model is any object with the :class:`plguard.backends.base.Backend` generate method:
 this module loads nothing (plguard.draft_cli does), so it sits beside the policy tools.
@@ -199,6 +199,7 @@ def draft_once(backend: Any, source: str, spans: Sequence[Span], *, rounds: int 
             chat = [Message("system", system),
                     Message("user", _ask(span, spans, None if slot else preds))]
             problems: list[str] = []
+            scope_asked = False
             for r in range(rounds + 1):
                 gen = backend.generate([tuple(chat)], params)[0]
                 n_prompt, n_new = n_prompt + gen.n_prompt_tokens, n_new + gen.n_new_tokens
@@ -207,8 +208,12 @@ def draft_once(backend: Any, source: str, spans: Sequence[Span], *, rounds: int 
                            if slot else parse_draft(gen.text))
                     problems = _check(new, span, preds, rules, source, cites,
                                       Path(tmp) / f"span{span.index}-{r}")
-                    if not problems and r < rounds:  # the last reply is kept with them
+                    if not problems and not scope_asked and r < rounds:
+                        # One re-ask only: the 1.5B repaired none of the 10 spans it was
+                        # asked three times about (eval/results/drafting-scope); a reply
+                        # still flagged is kept, and the vetting README lists the flags.
                         problems = scope_problems(new.predicates)
+                        scope_asked = bool(problems)
                 except ValueError as exc:
                     problems = [str(exc)]
                     if gen.n_new_tokens >= max_new_tokens:  # not malformed: unfinished

@@ -9,9 +9,10 @@ question?", when refusing is the fixed ``answer_refuses``).
 Read on the request alone, such a question has no evidence to read. These checks find the
 plain cases from the question's wording (its subject, or a word for refusing) and name
 them, so the refinement loop can feed them back like a load error. They are only a
-reading of the wording, so a reply still flagged when no re-ask is left is accepted
-(:func:`plguard.policy.drafting.draft.draft_once`): a wrong flag costs a re-ask, never a
-span.
+reading of the wording, so a span is asked about them once and a reply still flagged is
+accepted (:func:`plguard.policy.drafting.draft.draft_once`): a wrong flag costs a re-ask,
+never a span. The vetting README lists what was kept flagged
+(:mod:`plguard.policy.drafting.run`).
 """
 
 from __future__ import annotations
