@@ -463,30 +463,9 @@ def _fed(backend) -> list[str]:
     return fed
 
 
-def test_a_request_condition_that_asks_about_the_answer_is_fed_back_and_repaired():
-    # The 1.5B's commonest wrong predicate (eval/results/drafting-slots): the request slot
-    # filled with a question about what the assistant does.
-    def script(text, rnd):
-        req = PROMISES if rnd == 0 else ASKS_REFUND
-        return slot_reply([{"what": "late_refund", "request": _cond(req),
-                            "answer": _cond(ANSWER_PROMISES)}])
-
-    backend = model(script)
-    fed = _fed(backend)
-    d = draft_once(backend, REFUND_DOC, split_spans(REFUND_DOC), rounds=2)
-    problems = [f for f in fed if f.startswith("Problems found")]
-    assert len(problems) == 1
-    assert "promises_refund reads the request alone" in problems[0]
-    assert "asks about the assistant's answer" in problems[0]
-    assert [(x.head, x.body) for x in d.rules] == [
-        ("unsafe_compliance_late_refund", "asks_for_late_refund, answer_promises_refund")]
-    assert {p.name: p.view for p in d.predicates} == {"asks_for_late_refund": "request",
-                                                      "answer_promises_refund": "answer"}
-
-
-def test_a_scope_flag_is_asked_about_once_and_never_costs_a_span():
-    # The check reads wording only, and the 1.5B never acted on it: one re-ask, then the
-    # reply is kept as it is, whatever rounds are left.
+def test_a_question_on_the_wrong_side_is_not_fed_back_the_reply_is_kept():
+    # Fed back three times, the 1.5B repaired none of 10 such spans (eval/results/
+    # drafting-scope): the check is a vetting aid, not a re-ask.
     def script(text, rnd):
         return slot_reply([{"what": "late_refund", "request": _cond(PROMISES),
                             "answer": _cond(ANSWER_PROMISES)}])
@@ -494,10 +473,8 @@ def test_a_scope_flag_is_asked_about_once_and_never_costs_a_span():
     backend = model(script)
     fed = _fed(backend)
     d = draft_once(backend, REFUND_DOC, split_spans(REFUND_DOC), rounds=3)
-    assert len(fed) == 2
-    assert sum(f.startswith("Problems found") for f in fed) == 1
-    assert [s.rounds for s in d.spans] == [2]
-    assert all(s.ok for s in d.spans)
+    assert len(fed) == 1
+    assert [s.rounds for s in d.spans] == [1] and all(s.ok for s in d.spans)
     assert [x.body for x in d.rules] == ["promises_refund, answer_promises_refund"]
 
 

@@ -8,10 +8,11 @@ and the rules are written from them; in the free form (:mod:`~plguard.policy.dra
 schema`) it writes the rule bodies itself. Each proposal is checked the way a hand-written
 bundle is: written with everything accepted so far and loaded (parse, validation,
 compilation), then linted; any error, with its file:line:col, goes back to the model, at
-most ``rounds`` times; a condition whose question asks about the other side of the chat
-than the view it reads (:mod:`~plguard.policy.drafting.scope`) is asked about once, and
-a reply still flagged is kept (the vetting README lists it). A span that never passes is
-left out and reported, never half-kept. Then the spans are composed: predicates of the
+most ``rounds`` times. A span that never passes is left out and reported, never
+half-kept. (A condition whose question asks about the other side of the chat is not fed
+back: the 1.5B repaired none of 10 such spans in three re-asks each,
+eval/results/drafting-scope; the vetting README lists them, :mod:`~plguard.policy.
+drafting.scope`.) Then the spans are composed: predicates of the
 same name are one; predicates whose one-line meanings are near-identical are merged into
 the first (each merge listed for review); duplicate rules are dropped.
 
@@ -33,7 +34,6 @@ from typing import Any, Literal
 from plguard.errors import PolicyError
 from plguard.policy.drafting import slots
 from plguard.policy.drafting.schema import SCHEMA, DraftPredicate, DraftRule, parse_draft
-from plguard.policy.drafting.scope import scope_problems
 from plguard.policy.drafting.spans import Span
 from plguard.policy.drafting.write import write_bundle
 from plguard.types import GenerationParams, Message
@@ -199,7 +199,6 @@ def draft_once(backend: Any, source: str, spans: Sequence[Span], *, rounds: int 
             chat = [Message("system", system),
                     Message("user", _ask(span, spans, None if slot else preds))]
             problems: list[str] = []
-            scope_asked = False
             for r in range(rounds + 1):
                 gen = backend.generate([tuple(chat)], params)[0]
                 n_prompt, n_new = n_prompt + gen.n_prompt_tokens, n_new + gen.n_new_tokens
@@ -208,12 +207,6 @@ def draft_once(backend: Any, source: str, spans: Sequence[Span], *, rounds: int 
                            if slot else parse_draft(gen.text))
                     problems = _check(new, span, preds, rules, source, cites,
                                       Path(tmp) / f"span{span.index}-{r}")
-                    if not problems and not scope_asked and r < rounds:
-                        # One re-ask only: the 1.5B repaired none of the 10 spans it was
-                        # asked three times about (eval/results/drafting-scope); a reply
-                        # still flagged is kept, and the vetting README lists the flags.
-                        problems = scope_problems(new.predicates)
-                        scope_asked = bool(problems)
                 except ValueError as exc:
                     problems = [str(exc)]
                     if gen.n_new_tokens >= max_new_tokens:  # not malformed: unfinished

@@ -7,12 +7,11 @@ answer ("Does the assistant promise a refund ...?", "Does the answer refuse the
 request?"), or one about declining ("Does the request decline an educational
 question?", when refusing is the fixed ``answer_refuses``).
 Read on the request alone, such a question has no evidence to read. These checks find the
-plain cases from the question's wording (its subject, or a word for refusing) and name
-them, so the refinement loop can feed them back like a load error. They are only a
-reading of the wording, so a span is asked about them once and a reply still flagged is
-accepted (:func:`plguard.policy.drafting.draft.draft_once`): a wrong flag costs a re-ask,
-never a span. The vetting README lists what was kept flagged
-(:mod:`plguard.policy.drafting.run`).
+plain cases from the question's wording (its subject, or a word for refusing) and the
+vetting README lists them for the author (:mod:`plguard.policy.drafting.run`). They were
+first fed back to the model like a load error: the 1.5B repaired none of 10 flagged spans
+in three re-asks each and its drafts got no better (eval/results/drafting-scope), so they
+are not.
 """
 
 from __future__ import annotations
