@@ -10,11 +10,11 @@ bundle is: written with everything accepted so far and loaded (parse, validation
 compilation), then linted; any error, with its file:line:col, goes back to the model, at
 most ``rounds`` times. A span that never passes is left out and reported, never
 half-kept. (A condition whose question asks about the other side of the chat is not fed
-back: the 1.5B repaired none of 10 such spans in three re-asks each,
-eval/results/drafting-scope; the vetting README lists them, :mod:`~plguard.policy.
-drafting.scope`.) Then the spans are composed: predicates of the
-same name are one; predicates whose one-line meanings are near-identical are merged into
-the first (each merge listed for review); duplicate rules are dropped.
+back: the 1.5B repaired none of 10 such spans in three re-asks each, eval/results/
+drafting-scope; the vetting README lists them, :mod:`~plguard.policy.drafting.scope`.)
+Then the spans are composed: predicates of the same name are one; predicates whose
+one-line meanings are near-identical are merged into the first (each merge listed for
+review); duplicate rules are dropped.
 
 The model is any object with the :class:`plguard.backends.base.Backend` generate method:
 this module loads nothing (plguard.draft_cli does), so it sits beside the policy tools.

@@ -236,8 +236,8 @@ def _write_vetting(r: DraftReport, *, spans_total: int, need: int,
         if wrong:
             lines += ["", "## Questions to reword", "",
                       "Each of these reads one side of the chat and asks about the other, so",
-                      "it has no evidence to read there; the drafting model was asked to fix",
-                      "it and did not (the check reads the wording: "
+                      "it has no evidence to read there: reword it, or move it to the rule's",
+                      "other condition, before use (the check reads the wording only: "
                       "plguard/policy/drafting/scope.py).", ""]
             lines += [f"- {x}" for x in wrong]
     flagged = [row for row in r.rows if row.share < need / k - 1e-9]

@@ -38,17 +38,18 @@ def scope_problems(predicates: Iterable[DraftPredicate]) -> list[str]:
         q = p.question
         if p.view == "request" and _ABOUT_ANSWER.search(q):
             out.append(f"predicate {p.name} reads the request alone, but its question "
-                       f"({q!r}) asks about the assistant's answer: ask what the user asks "
-                       "for (for example 'Does the user ask for ...?'); what the answer "
-                       "does goes in an answer condition")
+                       f"({q!r}) asks about the assistant's answer: it should ask what the "
+                       "user asks for ('Does the user ask for ...?'); what the answer does "
+                       "belongs in an answer condition")
         elif p.view == "request" and _REFUSING.search(q):
             out.append(f"predicate {p.name} reads the request alone, but its question "
                        f"({q!r}) is about refusing or declining: whether the answer refuses "
-                       "is checked for you; ask what kind of request it is")
+                       "is its own predicate (answer_refuses); it should ask what kind of "
+                       "request it is")
         elif p.view == "answer" and _ABOUT_REQUEST.search(q):
             out.append(f"predicate {p.name} reads the answer alone, but its question "
-                       f"({q!r}) asks about the request: ask what the answer says or "
-                       "does (for example 'Does the answer give ...?')")
+                       f"({q!r}) asks about the request: it should ask what the answer "
+                       "says or does ('Does the answer give ...?')")
     return out
 
 
