@@ -84,10 +84,11 @@ class TokenMeter:
         import numpy as np
 
         text = escape_data(answer)
-        if self.read == "alone":
+        last: int | None = self.window
+        if self.read == "alone":  # the newest window replaces the text behind the template
             ids = self.backend.encode(text)
-            text = self.backend.tokenizer.decode(ids[-self.window:]) if ids else ""
-        states = self.reader.feed(text, last=None if self.read == "alone" else self.window)
+            text, last = (self.backend.tokenizer.decode(ids[-self.window:]) if ids else ""), None
+        states = self.reader.feed(text, last=last)
         if states is None:
             return None
         mean = states.mean(axis=0) if len(states) else None
