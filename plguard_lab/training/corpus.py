@@ -30,8 +30,8 @@ categories (misinformation, copyright violations, wildchats: ``unsafe``) and its
 Nor is ``plguard_s14``: 100 requests written by the plguard developers for Llama Guard's
 S14 (code interpreter abuse), which no public set we have labels: 50 ``unsafe``, 50
 ``safe`` coding look-alikes (CC0; ``eval/data/plguard_s14/SOURCE.md`` says what little
-they can show). Nor is ``plguard_passages``: 160 answers the plguard developers wrote as
-a dev source for content heads (40 harmful passages of 8 categories, 120 benign answers on
+they can show). Nor is ``plguard_passages``: 240 answers the plguard developers wrote as
+a dev source for content heads (120 harmful passages of 8 categories, 120 benign answers on
 dangerous-sounding topics; CC0; ``eval/data/plguard_passages/SOURCE.md``), dev only.
 
 ``hh_harmless`` (MIT, Anthropic HH-RLHF harmless-base test set; ``eval/data/hh-harmless``)
