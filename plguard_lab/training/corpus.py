@@ -61,6 +61,7 @@ research use only.
 from __future__ import annotations
 
 import csv
+import functools
 import gzip
 import hashlib
 import json
@@ -304,23 +305,55 @@ def _plguard_s14(split: str) -> Iterable[CorpusItem]:
                                     "harm": frozenset()})
 
 
-def _plguard_passages(split: str) -> Iterable[CorpusItem]:
+def _plguard_passages(split: str, hosted_too: bool = False) -> Iterable[CorpusItem]:
     """The developers' dev passages (``eval/data/plguard_passages``): dev only, every item.
 
     Harmful passages alone (the answer *is* the passage: a window of a benign host answer
     would carry the harmful label without its evidence) and benign answers on topics that
     sound dangerous. Their test set is ``tests/data/unseen``, written apart and never
-    trained on, so this source has no test split.
+    trained on, so this source has no test split. With ``hosted_too`` (the corpus name
+    ``plguard_passages_hosted``, tried on dev and not adopted: docs/quality.md, *240 dev
+    passages*) each harmful passage is also hosted between two short runs of a benign
+    answer's words (:func:`hosted`), under the same source and prompt, so holding the
+    source out holds both out.
     """
     if split == "test":
         return
     root = data_root("plguard_passages")
+    benign = yaml.safe_load((root / "benign.yaml").read_text(encoding="utf-8"))
+    hosts = [e["answer"] for e in benign if len(e["answer"].split()) >= 120]
     for kind, key, label in (("harmful", "passage", "harmful"), ("benign", "answer", "benign")):
         for e in yaml.safe_load((root / f"{kind}.yaml").read_text(encoding="utf-8")):
             group = e.get("category") or e["topic"].replace(" ", "_").replace("-", "_")
+            fields = {"type": f"plguard_passages_{group}/{label}"}
             yield CorpusItem(f"plguard_passages/{e['id']}", "plguard_passages", e["id"],
-                             e["request"], e[key].strip(),
-                             {"type": f"plguard_passages_{group}/{label}"})
+                             e["request"], e[key].strip(), fields)
+            if hosted_too and kind == "harmful":
+                yield CorpusItem(f"plguard_passages/{e['id']}@hosted", "plguard_passages",
+                                 e["id"], e["request"], hosted(e["passage"], hosts, e["id"]),
+                                 fields)
+
+
+# A hosted passage's benign edges: few enough words that every 64-token window of the
+# hosted text keeps about half its tokens in the passage (a window is labelled harmful).
+HOST_WORDS = (8, 20)
+
+
+def hosted(passage: str, hosts: Sequence[str], seed: str) -> str:
+    """``passage`` between the end of one benign sentence run and the start of another.
+
+    A harmful passage in a real answer is read in windows that hold some of the benign
+    text around it, at offsets nobody chose; fitted on passages alone, a head meets such
+    windows only at inference. The host and both edges' lengths are drawn from ``seed``
+    (the passage id), so the corpus is the same on every run.
+    """
+    rng = random.Random(f"hosted/{seed}")
+    host = rng.choice(list(hosts))
+    sentences = [s for s in re.split(r"(?<=[.!?])\s+", host.strip()) if s]
+    cut = rng.randrange(1, len(sentences))
+    before = " ".join(sentences[:cut]).split()[-rng.randint(*HOST_WORDS):]
+    after = " ".join(sentences[cut:]).split()[:rng.randint(*HOST_WORDS)]
+    return f"{' '.join(before)}\n\n{passage.strip()}\n\n{' '.join(after)}"
 
 
 def hh_split(context: str) -> str:
@@ -379,6 +412,7 @@ _LOADERS = {"xstest": _xstest, "ailuminate": _ailuminate, "coconot": _coconot,
             "coconot_plain": _coconot_plain, "coconot_hazards": _coconot_hazards,
             "plguard_s14": _plguard_s14, "hh_harmless": _hh_harmless,
             "answer_texts": _answer_texts, "plguard_passages": _plguard_passages,
+            "plguard_passages_hosted": functools.partial(_plguard_passages, hosted_too=True),
             **{n: _vendored(n) for n in corpus_sets.SETS}}
 
 

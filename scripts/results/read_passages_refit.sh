@@ -27,6 +27,9 @@
 # minimal's content head held out by source loses no more than 0.02 AUROC on any judged dev
 # source other than plguard_passages against read-passages-160's heads-minimal.md. The
 # unseen set is reported either way and decides nothing.
+# PASSAGES=plguard_passages_hosted (OUT=eval/results/read-passages-hosted) fits with each
+# harmful passage also hosted in benign text (plguard_lab.training.corpus.hosted); its rule,
+# fixed before its run, is in eval/results/read-passages-hosted/README.md.
 #
 # POLICY: minimal, detailed (grafted onto its shipped request heads), moderate,
 # one_question, very_detailed. OUT defaults to eval/results/read-passages-160 (the refit
@@ -38,7 +41,7 @@ POLICY=${POLICY:-minimal}
 OUT=${OUT:-eval/results/read-passages-160}
 SHIPPED=eval/results/read-embedded
 SOURCES=$(python3 -c "from plguard_lab.studies.read.corpus import READ_SOURCES as s; \
-print(','.join(s))"),plguard_passages
+print(','.join(s))"),${PASSAGES:-plguard_passages}
 case "$POLICY" in
 minimal)       ONLY=response_provides_harmful_instructions; PAIRS=shipped ;;
 detailed)      ONLY=response_gives_steps_or_tactics,response_gives_material_details

@@ -326,3 +326,23 @@ def test_answer_texts_are_safe_prompts_helpful_answers_read_as_texts():
                  "request_seeks_indiscriminate_weapons"):
         assert all(v == 0.0 for v in y[name]), name  # a benign text seeks no hazard
     assert all(v == 0.0 for v in labels_for(load_policy("minimal"), texts)["request_is_harmful"])
+
+
+def test_plguard_passages_hosted_adds_each_harmful_passage_inside_benign_words_same_group():
+    alone = corpus.load_corpus(["plguard_passages"], "dev")
+    both = corpus.load_corpus(["plguard_passages_hosted"], "dev")
+    extra = [it for it in both if it.uid.endswith("@hosted")]
+    assert [it for it in both if not it.uid.endswith("@hosted")] == alone
+    harmful = {it.prompt_id: it for it in alone if it.fields["type"].endswith("/harmful")}
+    assert len(extra) == len(harmful) == 120
+    hi = corpus.HOST_WORDS[1]  # fewer where the host's first or last sentences are short
+    for it in extra:  # held out and folded with its passage: same source, prompt, label
+        own = harmful[it.prompt_id]
+        assert (it.source, it.fields) == (own.source, own.fields)
+        before, passage, after = it.response.split("\n\n", 1)[0], own.response, \
+            it.response.rsplit("\n\n", 1)[1]
+        assert passage in it.response
+        assert 1 <= len(before.split()) <= hi and 1 <= len(after.split()) <= hi
+    assert [it.response for it in extra] == [
+        it.response for it in corpus.load_corpus(["plguard_passages_hosted"], "dev")
+        if it.uid.endswith("@hosted")]  # drawn from the passage id: the same every run
