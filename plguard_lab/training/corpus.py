@@ -408,12 +408,13 @@ def _vendored(name: str) -> Callable[[str], Iterable[CorpusItem]]:
     return load
 
 
-_LOADERS = {"xstest": _xstest, "ailuminate": _ailuminate, "coconot": _coconot,
-            "coconot_plain": _coconot_plain, "coconot_hazards": _coconot_hazards,
-            "plguard_s14": _plguard_s14, "hh_harmless": _hh_harmless,
-            "answer_texts": _answer_texts, "plguard_passages": _plguard_passages,
-            "plguard_passages_hosted": functools.partial(_plguard_passages, hosted_too=True),
-            **{n: _vendored(n) for n in corpus_sets.SETS}}
+_LOADERS: dict[str, Callable[[str], Iterable[CorpusItem]]] = {
+    "xstest": _xstest, "ailuminate": _ailuminate, "coconot": _coconot,
+    "coconot_plain": _coconot_plain, "coconot_hazards": _coconot_hazards,
+    "plguard_s14": _plguard_s14, "hh_harmless": _hh_harmless,
+    "answer_texts": _answer_texts, "plguard_passages": _plguard_passages,
+    "plguard_passages_hosted": functools.partial(_plguard_passages, hosted_too=True),
+    **{n: _vendored(n) for n in corpus_sets.SETS}}
 
 
 def load_corpus(sources: Sequence[str] = SOURCES, split: str = "dev",
