@@ -27,6 +27,10 @@
 # minimal's content head held out by source loses no more than 0.02 AUROC on any judged dev
 # source other than plguard_passages against read-passages-160's heads-minimal.md. The
 # unseen set is reported either way and decides nothing.
+# The refit with 360 (120 more benign answers, e121-e240, written 2026-12-07 after the 240
+# refit's threshold rose because our benign answers on the passages' topics read higher)
+# runs with OUT=eval/results/read-passages-360 and the 240 refit's ship condition, fixed
+# before its first fit.
 # PASSAGES=plguard_passages_hosted (OUT=eval/results/read-passages-hosted) fits with each
 # harmful passage also hosted in benign text (plguard_lab.training.corpus.hosted); its rule,
 # fixed before its run, is in eval/results/read-passages-hosted/README.md.
