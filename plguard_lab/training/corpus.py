@@ -30,8 +30,8 @@ categories (misinformation, copyright violations, wildchats: ``unsafe``) and its
 Nor is ``plguard_s14``: 100 requests written by the plguard developers for Llama Guard's
 S14 (code interpreter abuse), which no public set we have labels: 50 ``unsafe``, 50
 ``safe`` coding look-alikes (CC0; ``eval/data/plguard_s14/SOURCE.md`` says what little
-they can show). Nor is ``plguard_passages``: 240 answers the plguard developers wrote as
-a dev source for content heads (120 harmful passages of 8 categories, 120 benign answers on
+they can show). Nor is ``plguard_passages``: 360 answers the plguard developers wrote as
+a dev source for content heads (120 harmful passages of 8 categories, 240 benign answers on
 dangerous-sounding topics; CC0; ``eval/data/plguard_passages/SOURCE.md``), dev only.
 
 ``hh_harmless`` (MIT, Anthropic HH-RLHF harmless-base test set; ``eval/data/hh-harmless``)
@@ -321,7 +321,8 @@ def _plguard_passages(split: str, hosted_too: bool = False) -> Iterable[CorpusIt
         return
     root = data_root("plguard_passages")
     benign = yaml.safe_load((root / "benign.yaml").read_text(encoding="utf-8"))
-    hosts = [e["answer"] for e in benign if len(e["answer"].split()) >= 120]
+    # The long answers there were when hosting was tried (e41-e120; e121-e240 came later).
+    hosts = [e["answer"] for e in benign if 40 < int(e["id"][1:]) <= 120]
     for kind, key, label in (("harmful", "passage", "harmful"), ("benign", "answer", "benign")):
         for e in yaml.safe_load((root / f"{kind}.yaml").read_text(encoding="utf-8")):
             group = e.get("category") or e["topic"].replace(" ", "_").replace("-", "_")

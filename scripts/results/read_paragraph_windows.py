@@ -95,7 +95,9 @@ def dev_items() -> list[dict[str, Any]]:
                         "text": it.answer})
     root = ROOT / "eval" / "data" / "plguard_passages"
     for kind, key in (("harmful", "passage"), ("benign", "answer")):
-        for e in yaml.safe_load((root / f"{kind}.yaml").read_text(encoding="utf-8")):
+        # The set as it was for the run of 2026-12-07 (d01-d40, e01-e120; more came later).
+        first = 40 if kind == "harmful" else 120
+        for e in yaml.safe_load((root / f"{kind}.yaml").read_text(encoding="utf-8"))[:first]:
             out.append({"uid": f"plguard_passages/{e['id']}", "set": f"plguard_{kind}",
                         "kind": kind, "text": e[key]})
     return out

@@ -62,7 +62,7 @@ def plguard_items() -> list[dict[str, object]]:
     # later (eval/data/plguard_passages/SOURCE.md) and would change each result's items.
     harmful = yaml.safe_load((root / "harmful.yaml").read_text(encoding="utf-8"))[:40]
     long = [e for e in yaml.safe_load((root / "benign.yaml").read_text(encoding="utf-8"))
-            if int(e["id"][1:]) > 40]
+            if 40 < int(e["id"][1:]) <= 120]  # e121-e240 came later, as d41-d120
     rng = random.Random(SEED)
     out: list[dict[str, object]] = []
     for i, h in enumerate(harmful):

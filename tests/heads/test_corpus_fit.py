@@ -253,7 +253,7 @@ def test_plguard_passages_label_each_bundles_content_predicate_and_no_other_resp
     items = corpus.load_corpus(["plguard_passages"], "dev")
     assert corpus.load_corpus(["plguard_passages"], "test") == []  # tests/data/unseen is its test
     harmful = [it.fields["type"].endswith("/harmful") for it in items]
-    assert sum(harmful) == 120 and len(items) == 240
+    assert sum(harmful) == 120 and len(items) == 360
     policy = load_policy(bundle)
     y = labels_for(policy, items)
     assert y[CONTENT[bundle]].tolist() == [1.0 if h else 0.0 for h in harmful]
