@@ -212,3 +212,33 @@ def test_a_heads_file_lists_the_sources_its_heads_were_fitted_on():
     doc = heads_document(load_policy("minimal"), {**content, **request}, ex, {}, items, "none")
     assert doc["training"]["sources"] == ["alpaca", "gptfuzz"]  # XSafety never trained it
     assert doc["training"]["non_commercial"] == ["alpaca"]
+
+
+def test_compare_fits_tells_a_refits_differences_from_changed_items(tmp_path, capsys):
+    import json
+
+    from plguard_lab.studies.read import compare
+
+    def fit(passages: float, cell: float, gpt: float) -> dict:
+        return {"name": "p", "heldout": {"coconot": (cell + passages) / 2, "gptfuzz": gpt,
+                                         "ours": 0.8},
+                "matrix": {"coconot": {"gptfuzz": cell, "ours": passages}}}
+
+    before, after = fit(0.82, 0.77, 0.97), fit(0.70, 0.79, 0.96)
+    table = compare.rows(before, after, {"ours"})
+    kinds = {(s, t): k for s, t, _, _, k in table}
+    assert kinds == {("coconot", ""): "items", ("coconot", "gptfuzz"): "refit",
+                     ("coconot", "ours"): "items", ("gptfuzz", ""): "refit",
+                     ("ours", ""): "both"}
+    # coconot's own figure falls 0.05, all of it on the changed source's cell: the refit's
+    # own largest fall is gptfuzz's 0.01.
+    assert compare.worst_refit_drop(table) == (0.01, "gptfuzz")
+    assert compare.worst_refit_drop(table, {"gptfuzz"}) == (0.0, "")
+    for name, rec in (("b", before), ("a", after)):
+        (tmp_path / f"{name}.jsonl").write_text(json.dumps({"name": "q"}) + "\n"
+                                               + json.dumps(rec) + "\n")
+    assert compare.main([str(tmp_path / "b.jsonl"), str(tmp_path / "a.jsonl"),
+                         "--predicate", "p", "--changed", "ours"]) == 0
+    out = capsys.readouterr().out
+    assert "| coconot | ours | 0.820 | 0.700 | -0.120 | items |" in out
+    assert out.strip().endswith("largest fall on refit rows: 0.010 (gptfuzz)")
