@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python scripts/results/policy_drafting.py --out eval/results/drafting \
         --model PATH [--policies homework_helper,...] [--drafts 3] [--rounds 3] \
-        [--form slots|free]
+        [--form slots|free] [--temperature 0.7]
 
 Each policy of plguard_lab/studies/drafting/policies (a POLICY.md and a reference bundle:
 its own ``reference/`` folder or the shipped bundle ``reference.txt`` names) is drafted by
@@ -128,6 +128,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--form", choices=("slots", "free"), default="slots")
     ap.add_argument("--max-new-tokens", type=int, default=768, dest="max_new_tokens")
+    ap.add_argument("--temperature", type=float, default=0.7,
+                    help="of the sampled drafts (the first is greedy)")
     ap.add_argument("--cached-only", action="store_true",
                     help="load no model: recompute the records from the drafts on disk (the "
                     "model named in OUT/manifest.json); a draft not there is an error")
@@ -159,7 +161,8 @@ def main() -> None:
         backend = load_backend(ModelConfig(path=a.model))
         ident = backend_identity(backend)
         (out / "manifest.json").write_text(json.dumps(
-            {"model": ident, "form": a.form, "command": " ".join(["python", *sys.argv])},
+            {"model": ident, "form": a.form, "temperature": a.temperature,
+             "command": " ".join(["python", *sys.argv])},
             indent=2) + "\n")
     tag = ident["model_id"].replace("/", "_").replace(":", "_")
     # K/K last, so the bundle left in OUT/<model>/<policy> is the default one; a lower
@@ -175,7 +178,7 @@ def main() -> None:
             for t in thresholds:
                 rep = draft_policy(backend, folder / "POLICY.md", out / tag / name,
                                    drafts=a.drafts, threshold=t, rounds=a.rounds, form=a.form,
-                                   max_new_tokens=a.max_new_tokens,
+                                   max_new_tokens=a.max_new_tokens, temperature=a.temperature,
                                    progress=lambda k, i, n, name=name: print(
                                        f"{name} draft {k}: span {i}/{n}", flush=True))
                 if t < a.drafts:
