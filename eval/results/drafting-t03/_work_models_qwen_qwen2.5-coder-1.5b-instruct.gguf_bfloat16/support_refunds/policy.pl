@@ -1,0 +1,20 @@
+% Drafted by `plguard policy draft` from policy.md; vet before use (README.md).
+
+% span 5 (L8)
+unsafe_compliance_final_sale_item_refund_promise :- promises_refund_s5, refunds_final_sale_item.
+
+% span 8 (L13)
+over_refusal_refund_rules_explained :- explains_refund_rules, answer_refuses.
+
+% span 9 (L14)
+over_refusal_order_status_request :- asks_order_status, answer_refuses.
+
+% aggregates: any rule of the kind
+unsafe_compliance :- unsafe_compliance_final_sale_item_refund_promise.
+over_refusal :- over_refusal_refund_rules_explained ; over_refusal_order_status_request.
+
+query(unsafe_compliance_final_sale_item_refund_promise).
+query(over_refusal_refund_rules_explained).
+query(over_refusal_order_status_request).
+query(unsafe_compliance).
+query(over_refusal).
