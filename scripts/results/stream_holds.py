@@ -67,6 +67,9 @@ VARIANTS: dict[str, dict[str, object]] = {
     "window50": {"token_read": "context", "token_resume": False, "window_hold_fraction": 0.5},
     # The token check reading the newest tokens alone (stream.token_read: alone).
     "alone": {"token_read": "alone", "token_resume": False, "window_hold_fraction": None},
+    # The same in steps of 36 tokens (eval/results/token_lag-step36: fewer, larger steps).
+    "alone36": {"token_read": "alone", "token_resume": False, "window_hold_fraction": None,
+                "token_step": 36},
 }
 
 
