@@ -252,8 +252,12 @@ def test_chain_client_to_plguard_serve_to_vllm(server, tmp_path):
                 assert proc.poll() is None, (tmp_path / "plguard-serve.log").read_text()
                 assert time.monotonic() < deadline, "plguard serve did not start"
                 time.sleep(1)
+        # The client's max_tokens goes upstream (issue 54: a proxy does not change the
+        # request); without it the CPU vLLM server writes a long answer and every window
+        # of it is grounded remotely, a minute and a half of CI for nothing asserted here.
         r = client.chat.completions.create(
-            model="plguard", messages=[{"role": "user", "content": "How do I bake bread?"}])
+            model="plguard", max_tokens=32,
+            messages=[{"role": "user", "content": "How do I bake bread?"}])
         assert r.choices[0].message.content
         info = r.model_extra["plguard"]
         assert info["mode"] == "upstream"
