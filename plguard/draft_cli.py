@@ -17,12 +17,15 @@ def _cmd_draft(args: argparse.Namespace) -> int:
 
     from plguard.backends import load_backend, release_backend
     from plguard.cli import config_from_args
-    from plguard.policy.drafting.run import draft_policy
+    from plguard.policy.drafting.run import draft_policy, read_source
 
     cfg = config_from_args(args)
     given = {k: getattr(args, k) for k in ("drafts", "threshold", "rounds", "temperature",
                                            "max_new_tokens", "form")
              if getattr(args, k) is not None}
+    # What the user wrote is checked before a model loads (a minute for a 1.5B).
+    read_source(Path(args.source), given.get("drafts", _default("drafts")),
+                given.get("threshold"))
     backend: Any = load_backend(cfg.generator)
     bars: dict[int, Any] = {}
 
@@ -46,14 +49,21 @@ def _cmd_draft(args: argparse.Namespace) -> int:
     return 0 if report.policy is not None else 1
 
 
-def add_draft_commands(subparsers: Any) -> None:
-    """Add ``draft`` to the ``plguard policy`` group."""
+def _default(name: str) -> Any:
+    """``draft_policy``'s default for ``name`` (the one place defaults are written)."""
     import inspect
 
-    from plguard.cli import add_config_options, positive_int
     from plguard.policy.drafting.run import draft_policy
 
-    default = {k: v.default for k, v in inspect.signature(draft_policy).parameters.items()}
+    return inspect.signature(draft_policy).parameters[name].default
+
+
+def add_draft_commands(subparsers: Any) -> None:
+    """Add ``draft`` to the ``plguard policy`` group."""
+    from plguard.cli import add_config_options, positive_int
+
+    default = {k: _default(k) for k in ("drafts", "rounds", "temperature", "form",
+                                        "max_new_tokens")}
     sub = subparsers.choices["policy"].get_default("policy_subcommands")
     p = sub.add_parser(
         "draft", help="draft a bundle from a plain-English policy with the configured model",

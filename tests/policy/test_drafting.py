@@ -243,6 +243,26 @@ def test_bad_arguments_are_clear_errors(tmp_path):
     (tmp_path / "p.md").write_text(DOC)
     with pytest.raises(PolicyError, match="threshold"):
         draft_policy(model(good), tmp_path / "p.md", tmp_path / "o", drafts=2, threshold=3)
+    (tmp_path / "latin1.md").write_bytes("Ne r\xe9digez jamais".encode("latin-1"))
+    with pytest.raises(PolicyError, match="not UTF-8"):
+        draft_policy(model(good), tmp_path / "latin1.md", tmp_path / "o")
+
+
+def test_the_cli_says_what_is_wrong_before_it_loads_a_model(tmp_path, monkeypatch, capsys):
+    import plguard.backends
+    from plguard.cli import main
+
+    def no_model(*a, **k):
+        raise AssertionError("a model was loaded before the arguments were checked")
+
+    monkeypatch.setattr(plguard.backends, "load_backend", no_model)
+    assert main(["policy", "draft", str(tmp_path / "missing.md"), "--out",
+                 str(tmp_path / "o")]) != 0
+    assert "missing.md: cannot read the policy" in capsys.readouterr().err
+    (tmp_path / "p.md").write_text(DOC)
+    assert main(["policy", "draft", str(tmp_path / "p.md"), "--out", str(tmp_path / "o"),
+                 "--drafts", "2", "--threshold", "3"]) != 0
+    assert "--threshold must be between 1 and --drafts (2)" in capsys.readouterr().err
 
 
 def test_a_model_that_gives_nothing_usable_leaves_no_bundle_and_says_why(tmp_path):

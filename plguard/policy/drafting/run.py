@@ -38,7 +38,7 @@ from plguard.policy.drafting.draft import (
 )
 from plguard.policy.drafting.schema import DraftPredicate, DraftRule
 from plguard.policy.drafting.scope import scope_problems
-from plguard.policy.drafting.spans import split_spans
+from plguard.policy.drafting.spans import Span, split_spans
 from plguard.policy.drafting.unify import unify
 from plguard.policy.drafting.write import write_bundle
 
@@ -88,6 +88,28 @@ def _save_draft(path: Path, key: str, d: Draft) -> None:
     tmp.replace(path)
 
 
+def read_source(source_path: Path, drafts: int = 3, threshold: int | None = None
+                ) -> tuple[str, list[Span], int]:
+    """The policy's text, its spans and the agreement needed; PolicyError if any is wrong.
+
+    Separate so the CLI checks them before it loads a model (a minute for a 1.5B).
+    """
+    if drafts < 1:
+        raise PolicyError(f"--drafts must be at least 1, got {drafts}")
+    need = drafts if threshold is None else threshold
+    if not 1 <= need <= drafts:
+        raise PolicyError(f"--threshold must be between 1 and --drafts ({drafts}), got {need}")
+    try:
+        source = source_path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else f"not UTF-8 text ({exc.reason})"
+        raise PolicyError(f"cannot read the policy: {why}", file=str(source_path)) from None
+    spans = split_spans(source)
+    if not spans:
+        raise PolicyError("the policy has no text to draft from", file=str(source_path))
+    return source, spans, need
+
+
 def draft_policy(backend: Any, source_path: Path, out: Path, *, drafts: int = 3,
                  threshold: int | None = None, rounds: int = 3, temperature: float = 0.7,
                  max_new_tokens: int = 768, form: Form = "slots",
@@ -97,19 +119,7 @@ def draft_policy(backend: Any, source_path: Path, out: Path, *, drafts: int = 3,
     Draft 0 is greedy; the others sample at ``temperature`` with seeds 1..K-1.
     ``threshold``: how many drafts must agree on a rule to keep it (default: all).
     """
-    if drafts < 1:
-        raise PolicyError(f"--drafts must be at least 1, got {drafts}")
-    need = drafts if threshold is None else threshold
-    if not 1 <= need <= drafts:
-        raise PolicyError(f"--threshold must be between 1 and --drafts ({drafts}), got {need}")
-    try:
-        source = source_path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise PolicyError(f"cannot read the policy: {exc.strerror}",
-                          file=str(source_path)) from None
-    spans = split_spans(source)
-    if not spans:
-        raise PolicyError("the policy has no text to draft from", file=str(source_path))
+    source, spans, need = read_source(source_path, drafts, threshold)
     out.mkdir(parents=True, exist_ok=True)
     made: list[Draft] = []
     for k in range(drafts):
