@@ -92,6 +92,7 @@ def add_heads_commands(subparsers: Any) -> None:
 def _cmd_fit(args: argparse.Namespace) -> int:
     from plguard.cli import config_from_args
     from plguard.errors import ConfigError
+    from plguard_lab.training.corpus import check_sources
     from plguard_lab.training.train import FitOptions, fit_heads
 
     config = config_from_args(args)
@@ -110,6 +111,8 @@ def _cmd_fit(args: argparse.Namespace) -> int:
                       question_scopes=_scopes(args.question_scope),
                       drafts=args.drafts or 0, drafts_file=args.drafts_file,
                       **({} if args.cost_margin is None else {"cost_margin": args.cost_margin}))
+    # What the user wrote is checked before the model loads (a minute for a 1.5B).
+    check_sources(opts.sources)
     out = Path(args.out or f"heads-{Path(config.policy).name}.json")
     s = fit_heads(config, out, opts)
     for f in s.fits:

@@ -418,6 +418,14 @@ _LOADERS: dict[str, Callable[[str], Iterable[CorpusItem]]] = {
     **{n: _vendored(n) for n in corpus_sets.SETS}}
 
 
+def check_sources(sources: Sequence[str]) -> None:
+    """ConfigError naming every unknown source and the known ones (checked before any work)."""
+    unknown = [s for s in sources if s not in _LOADERS]
+    if unknown or not sources:
+        raise ConfigError(f"unknown training source(s) {', '.join(unknown) or '(none given)'}; "
+                          f"known: {', '.join(_LOADERS)}")
+
+
 def load_corpus(sources: Sequence[str] = SOURCES, split: str = "dev",
                 limit_per_source: int | None = None, seed: int = SPLIT_SEED
                 ) -> list[CorpusItem]:
@@ -428,10 +436,7 @@ def load_corpus(sources: Sequence[str] = SOURCES, split: str = "dev",
     its human-labelled answers are the only labels of response predicates (unsafe
     compliances above all) and the scarcest ones.
     """
-    unknown = [s for s in sources if s not in _LOADERS]
-    if unknown:
-        raise ConfigError(f"unknown training source(s) {', '.join(unknown)}; known: "
-                          f"{', '.join(_LOADERS)}")
+    check_sources(sources)
     out: list[CorpusItem] = []
     for s in sources:
         items = list(_LOADERS[s](split))
@@ -445,5 +450,6 @@ def load_corpus(sources: Sequence[str] = SOURCES, split: str = "dev",
     return out
 
 
-__all__ = ["LICENCES", "SOURCES", "CorpusItem", "data_root", "hh_pairs", "hh_split",
-           "hh_turns", "load_corpus", "load_split", "make_split", "read_rows", "split_keys"]
+__all__ = ["LICENCES", "SOURCES", "CorpusItem", "check_sources", "data_root", "hh_pairs",
+           "hh_split", "hh_turns", "load_corpus", "load_split", "make_split", "read_rows",
+           "split_keys"]

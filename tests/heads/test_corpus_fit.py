@@ -61,6 +61,22 @@ def test_layers_setting_names_numbers_ranges_or_all():
         parse_layers("x", 28)
 
 
+def test_heads_fit_names_an_unknown_source_before_it_loads_a_model(tmp_path, monkeypatch,
+                                                                   capsys):
+    import plguard.backends
+    from plguard.cli import main
+
+    def no_model(*a, **k):
+        raise AssertionError("a model was loaded before the sources were checked")
+
+    monkeypatch.setattr(plguard.backends, "load_backend", no_model)
+    assert main(["heads", "fit", "--policy", "minimal", "--sources", "xstest,nosuch",
+                 "--out", str(tmp_path / "h.json")]) != 0
+    err = capsys.readouterr().err
+    assert "unknown training source(s) nosuch; known: xstest" in err
+    assert not (tmp_path / "h.json").exists()
+
+
 @pytest.mark.slow
 def test_heads_fit_cli_writes_a_file_the_guard_applies(tmp_path, capsys):
     from plguard.cli import main
