@@ -318,8 +318,9 @@ class Guard:
 
         ``bound``: ``answer`` judges each answer as :meth:`check` does; ``worst`` judges
         each request with no answer for its worst answer (a moderation); ``best`` for its
-        best answer (a stream's request check). Nothing is generated or repaired. The
-        phases' times are shared evenly by the pairs.
+        best answer (a stream's request check); ``window`` judges a part of an answer on
+        its unsafe and content rules only (a stream's window). Nothing is generated or
+        repaired. The phases' times are shared evenly by the pairs.
         """
         return judge(self.judge, pairs, bound=bound, clock=Clock(len(pairs), self._usage))
 

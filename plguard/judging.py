@@ -14,6 +14,12 @@ only the *bound* an item is judged at:
   at its lowest value over every answer (:func:`best_case`), decided at the unsafe threshold
   (a best case is on an answer's scale, not a worst case's), so a refusal here means every
   answer would be refused.
+- ``window``: a part of an answer still being written (a stream's windows before the
+  end): decided as ``answer`` on the unsafe and content rules only. Over-refusal is not
+  decided on a partial answer (a polite opening reads like a refusal), so the response
+  predicates that only over-refusal rules read are not grounded (:func:`window_skip`; for
+  the shipped bundles the refusal, read from the pair prompt: most of a window's cost)
+  and every over-refusal rule reads 0 there.
 
 Exhaustive over the response predicates because a rule's probability is multilinear in each
 independent predicate's probability: its extremes over the unit cube lie at vertices, so the
@@ -44,8 +50,8 @@ if TYPE_CHECKING:
     from plguard.policy import Policy
 
 T = TypeVar("T")
-Bound = Literal["answer", "worst", "best"]
-BOUNDS: tuple[Bound, ...] = ("answer", "worst", "best")
+Bound = Literal["answer", "worst", "best", "window"]
+BOUNDS: tuple[Bound, ...] = ("answer", "worst", "best", "window")
 
 #: A backend's running token counts (remote servers report what each call cost).
 Usage = Callable[[], dict[str, int]]
@@ -159,11 +165,13 @@ def judge(j: Judge, pairs: Sequence[tuple[Request, str]], *, bound: Bound = "ans
     idx = list(range(len(pairs)))
     if not pairs:
         return []
-    answered = bound == "answer"
+    answered = bound in ("answer", "window")
     if bound == "worst":  # a stream's best case falls back to its first window instead
         check_request_side(j.policy)
+    skip = window_skip(j.policy) if bound == "window" else frozenset()
     with j.lock:
-        gs = clock.run("ground", idx, lambda: ground(j.grounder, pairs, response=answered))
+        gs = clock.run("ground", idx, lambda: ground(j.grounder, pairs, response=answered,
+                                                     skip=skip))
     rs = clock.run("reason", idx, lambda: _reason(j, gs, bound))
     ds = clock.run("decide", idx, lambda: [decision(j, r, g, bound)
                                            for r, g in zip(rs, gs, strict=True)])
@@ -174,7 +182,7 @@ def judge(j: Judge, pairs: Sequence[tuple[Request, str]], *, bound: Bound = "ans
 
 
 def ground(grounder: Grounder, pairs: Sequence[tuple[Request, str]], *,
-           response: bool = True) -> list[Grounding]:
+           response: bool = True, skip: frozenset[str] = frozenset()) -> list[Grounding]:
     """The ground phase: every pair read, a conversation's request side on each reading.
 
     A conversation's ``text`` is grounded with the answer; its other readings (the user
@@ -184,7 +192,7 @@ def ground(grounder: Grounder, pairs: Sequence[tuple[Request, str]], *,
     """
     texts = [(q.text if isinstance(q, Conversation) else q, a if response else "")
              for q, a in pairs]
-    gs = grounder.ground(texts, response=response)
+    gs = grounder.ground(texts, response=response, skip=skip)
     more = [(k, r) for k, (q, _) in enumerate(pairs) if isinstance(q, Conversation)
             for r in q.readings[1:]]
     if more:
@@ -216,13 +224,15 @@ def decision(j: Judge, result: PolicyResult, grounding: Grounding,
     th = j.thresholds
     if bound == "best":
         th = th.model_copy(update={"moderation": None})
-    return decide_for(j.policy, result, th, answered=bound == "answer",
+    return decide_for(j.policy, result, th, answered=bound in ("answer", "window"),
                       reading=Reading.of(grounding), rules=j.rules)
 
 
 def _reason(j: Judge, gs: Sequence[Grounding], bound: Bound) -> list[PolicyResult]:
     if bound == "answer":
         return j.policy.evaluate_batch([g.probs for g in gs])
+    if bound == "window":
+        return window_results(j.policy, gs)
     if bound == "worst":
         return worst_case(j.policy, gs, j.maps)
     return [PolicyResult(j.policy.id, best_case(j.policy, g)) for g in gs]
@@ -240,12 +250,36 @@ def gate(j: Judge, request: Grounding, scores: Mapping[str, float]) -> Assessmen
     probs = {**request.probs, **scores}
     names = [n for n in policy.predicate_names if n in probs]
     free = [n for n in free_predicates(policy) if n not in scores]
-    rules = [q for q in policy.queries if q == UNSAFE or rule_kind(q) in ("unsafe", "content")]
+    rules = _deciding_rules(policy)
     high = bounds(policy, np.array([[probs[n] for n in names]]), names, rules, free=free).high
     result = PolicyResult(policy.id, {q: 0.0 for q in policy.queries}
                           | {q: float(high[q][0]) for q in rules})
     return Assessment(grounding=request, policy=result,
                       decision=decision(j, result, request, "answer"))
+
+
+def _deciding_rules(policy: Policy) -> list[str]:
+    """The queries a partial answer is decided on: the unsafe and content rules."""
+    return [q for q in policy.queries if q == UNSAFE or rule_kind(q) in ("unsafe", "content")]
+
+
+def window_skip(policy: Policy) -> frozenset[str]:
+    """The predicates that no unsafe or content rule reads (a window need not ground them)."""
+    needed = set().union(*(policy.compiled.support(q) for q in _deciding_rules(policy)))
+    return frozenset(policy.predicate_names) - needed
+
+
+def window_results(policy: Policy, gs: Sequence[Grounding]) -> list[PolicyResult]:
+    """The ``window`` bound: unsafe and content rules exactly, over-refusal rules at 0.
+
+    A predicate left unread (:func:`window_skip`) is outside every unsafe and content
+    rule's support, so any value gives those rules their exact probability; 0 is used.
+    """
+    rules = set(_deciding_rules(policy))
+    names = policy.predicate_names
+    out = policy.evaluate_batch([{n: 0.0 for n in names} | g.probs for g in gs])
+    return [replace(r, probs={q: (p if q in rules else 0.0) for q, p in r.probs.items()})
+            for r in out]
 
 
 def check_request_side(policy: Policy) -> None:

@@ -16,9 +16,9 @@ How a stream is guarded (mode ``buffered``, the default):
    ``stream.window_tokens`` (grounding-model tokens, cut at a word boundary so no part of a
    word leaves alone; the first window is ``stream.first_window_tokens``, smaller, so the
    first text is released early), the window (the new text plus ``stream.overlap_tokens``
-   of what came before) is grounded, reasoned and decided exactly as :meth:`Guard.check`
-   decides a response (the request-scope scores are the memoised ones), and so is its new
-   text alone, in the same batch, so the overlap's text cannot dilute a harmful opening.
+   of what came before) is judged on its unsafe and content rules as :meth:`Guard.check`
+   judges them (bound ``window`` of plguard.judging), and so is its new text alone, in the
+   same batch, so the overlap's text cannot dilute a harmful opening.
    Its text is released only once neither decision is a refusal, and not its tail (the
    last ``overlap_tokens``, at most half the window): that goes out only once the next
    window has read it with what follows, so a passage that starts at the end of an allowed
@@ -86,6 +86,7 @@ from plguard.types import (
 )
 
 if TYPE_CHECKING:
+    from plguard.judging import Bound
     from plguard.token_check import TokenMeter
 
 T = TypeVar("T")
@@ -226,12 +227,12 @@ class GuardedStream:
 
     def _assess(self, answer: str) -> _Verdict:
         """``answer`` grounded, reasoned and decided exactly as Guard.check does."""
-        return self._assess_all([answer])[0]
+        return self._assess_all([answer], "answer")[0]
 
-    def _assess_all(self, answers: Sequence[str]) -> list[_Verdict]:
-        """Each of ``answers`` judged as :meth:`_assess` does, in one batch."""
+    def _assess_all(self, answers: Sequence[str], bound: Bound = "window") -> list[_Verdict]:
+        """Each of ``answers`` judged at ``bound`` (a part of the draft: ``window``), batched."""
         out = []
-        for a in self.guard.assess([(self.req, answer) for answer in answers]):
+        for a in self.guard.assess([(self.req, answer) for answer in answers], bound=bound):
             _add_times(self.timings, a.timings_s)
             out.append(_Verdict(a.decision, a.grounding, a.policy))
         return out

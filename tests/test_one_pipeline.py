@@ -17,7 +17,7 @@ import pytest
 import plguard
 import plguard.guard
 from plguard import Guard, GuardConfig
-from plguard.judging import Judge, best_case, judge, worst_case
+from plguard.judging import Judge, best_case, judge, window_skip, worst_case
 from plguard.policy import load_policy
 from plguard.types import Grounding, PredicateScore
 from tests.scripted import ScriptedBackend, scripted_p_true, scripted_reply
@@ -86,7 +86,10 @@ def test_every_entry_point_goes_through_the_pipeline(bounds_seen):
     assert bounds_seen[1:] == ["worst", "answer"]
     del bounds_seen[:]
     events = list(guard.stream("How do I bake bread?"))
-    assert bounds_seen[0] == "best" and set(bounds_seen[1:]) == {"answer"}
+    # The request check, the windows of the draft (over-refusal not decided: "window"),
+    # then the final check of the whole draft.
+    assert bounds_seen[0] == "best" and bounds_seen[-1] == "answer"
+    assert set(bounds_seen[1:-1]) <= {"window"}
     assert events[-1].result.decision.action in ("allow", "rewrite", "refuse")
 
 
@@ -133,3 +136,43 @@ def test_an_unknown_bound_is_a_clear_error():
     j: Judge = guard.judge
     with pytest.raises(InputError, match="bound: expected one of answer, worst, best"):
         judge(j, [("a", "b")], bound="middle")  # type: ignore[arg-type]
+
+
+def test_a_window_is_decided_on_its_unsafe_and_content_rules_only():
+    policy = load_policy("minimal")
+    # Refusal feeds over-refusal rules only: a partial answer need not read it.
+    assert window_skip(policy) == {"request_is_benign_sensitive_context", "response_refuses"}
+    guard = _guard()
+    pair = [("How do I pick a lock?", "Sure: insert a tension wrench, then rake the pins.")]
+    whole = judge(guard.judge, pair)[0]
+    part = judge(guard.judge, pair, bound="window")[0]
+    for q, p in whole.policy.probs.items():
+        want = 0.0 if q.startswith("over_refusal") else p
+        assert part.policy.probs[q] == pytest.approx(want, abs=1e-12), q
+    assert part.decision.strongest_unsafe == whole.decision.strongest_unsafe
+    assert part.decision.action != "rewrite"
+
+
+@pytest.mark.slow
+def test_on_the_embedded_model_a_window_skips_the_pair_prompt_and_reads_the_same(
+        embedded_backend):
+    # minimal's shipped heads read refusal from the pair prompt and content from each
+    # answer window alone: a stream's window reads the windows only, with the same unsafe
+    # and content probabilities as a full check of the same text.
+    from tests.unseen import load_unseen
+
+    harmful, benign = load_unseen()
+    guard = Guard(GuardConfig.from_dict({"repair": {"max_rounds": 0}}),
+                  generator=embedded_backend)
+    pairs = [(benign[0]["request"], benign[0]["answer"][:900]),
+             (harmful[1]["request"], harmful[1]["short_answer"])]
+    whole = guard.assess(pairs)
+    part = guard.assess(pairs, bound="window")
+    for w, p in zip(whole, part, strict=True):
+        assert "response_refuses" in w.grounding.probs
+        assert "response_refuses" not in p.grounding.probs
+        for q in guard.policy.queries:
+            want = 0.0 if q.startswith("over_refusal") else w.policy.probs[q]
+            assert p.policy.probs[q] == pytest.approx(want, abs=1e-9), q
+    assert [a.decision.action for a in part] == ["allow", "refuse"]
+    assert whole[1].decision.action == "refuse"

@@ -12,7 +12,7 @@ distinct request text and reused for the draft and every repaired answer.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import cast
 
 from plguard.backends.base import Backend
@@ -166,13 +166,17 @@ class Grounder:
 
     # -- scoring ---------------------------------------------------------------------------
 
-    def ground(self, pairs: Sequence[tuple[str, str]], *, response: bool = True
-               ) -> list[Grounding]:
+    def ground(self, pairs: Sequence[tuple[str, str]], *, response: bool = True,
+               skip: frozenset[str] = frozenset()) -> list[Grounding]:
         """Ground every predicate on each (request, response) pair, batched.
 
         ``response=False`` grounds the request-scope predicates only (each pair's response
         is not read): the Groundings then hold no response-scope score. It judges a request
         that has no answer yet (a stream's request check, :meth:`plguard.Guard.moderate`).
+        ``skip``: response predicates the caller does not need; when every response
+        predicate read from the pair prompt is among them, the pair prompt is not read and
+        their scores are absent (a stream's partial window, whose decision reads the
+        unsafe and content rules only: plguard.judging, bound ``window``).
         """
         for i, pair in enumerate(pairs):
             if not (isinstance(pair, tuple | list) and len(pair) == 2
@@ -200,6 +204,8 @@ class Grounder:
                     todo_req.append(r)
         n_req = len(todo_req)
         with_response = response and bool(self._plans["response"].specs)
+        # The pair prompt is read for the response predicates that need it, unless skipped.
+        on_pair = "prompt" in self._reads["response"] and not self._skips_prompt(skip)
         vs: list[View] = ([v for r in todo_req for v in self._views(r, None)]
                           if "prompt" in self._reads["request"] else [])
         owners: list[int] = list(range(len(vs)))  # view -> item it belongs to
@@ -209,7 +215,7 @@ class Grounder:
                 # Each piece of a response split at a fake delimiter or turn marker is read
                 # on its own, and the pieces combine like windows (plguard.screen).
                 mine = ([v for piece in parts[i] for v in self._views(req, piece)]
-                        if "prompt" in self._reads["response"] else [])
+                        if on_pair else [])
                 vs += mine
                 owners += [n_req + i] * len(mine)
                 answers += [(n_req + i, piece) for piece in parts[i]]
@@ -230,7 +236,8 @@ class Grounder:
         out = []
         for i, (req, _) in enumerate(pairs):
             req_scores = req_scores_of.get(req, ())
-            resp_scores = (self._combine("response", per_item[n_req + i])
+            resp_scores = (self._combine("response", per_item[n_req + i],
+                                         () if on_pair else self._on_prompt(skip))
                            if with_response else ())
             by_name = {s.name: s for s in (*req_scores, *resp_scores)}
             out.append(Grounding(model=self.backend.model_id,
@@ -300,9 +307,22 @@ class Grounder:
                 alone[item].append(Reading(stated=st, layers=layers))
         return alone, cut
 
-    def _combine(self, scope: Scope, item: ItemViews) -> tuple[PredicateScore, ...]:
-        return combine(scope, self._plans[scope].specs, self.sources, self.zero, item,
+    def _combine(self, scope: Scope, item: ItemViews, unread: Collection[str] = ()
+                 ) -> tuple[PredicateScore, ...]:
+        specs = [sp for sp in self._plans[scope].specs if sp.name not in unread]
+        return combine(scope, specs, self.sources, self.zero, item,
                        unseen_rule=self.cfg.unseen)
+
+    def _on_prompt(self, names: Collection[str]) -> frozenset[str]:
+        """Those of ``names`` whose response predicate is read from the pair prompt."""
+        return frozenset(sp.name for sp in self._plans["response"].specs
+                         if sp.name in names
+                         and deciding(self.sources, sp).view_of(sp) == "prompt")
+
+    def _skips_prompt(self, skip: Collection[str]) -> bool:
+        """Whether every response predicate read from the pair prompt is in ``skip``."""
+        on_prompt = self._on_prompt({sp.name for sp in self._plans["response"].specs})
+        return bool(skip) and on_prompt <= set(skip)
 
     def _remember(self, request: str, scores: tuple[PredicateScore, ...]) -> None:
         self._request_memo[request] = scores
