@@ -113,6 +113,9 @@ class Grounder:
             s: {cast(ViewKind, deciding(self.sources, sp).view_of(sp))
                 for sp in self._plans[s].specs}
             for s in ("request", "response")}
+        # The response predicates read from the pair prompt (what ``skip`` can spare).
+        self._pair_read = frozenset(sp.name for sp in self._plans["response"].specs
+                                    if deciding(self.sources, sp).view_of(sp) == "prompt")
         self._request_memo: OrderedDict[str, tuple[PredicateScore, ...]] = OrderedDict()
         self._templates: dict[Scope, Template] = {}
         self._alone: AloneTemplate | None = None
@@ -205,7 +208,7 @@ class Grounder:
         n_req = len(todo_req)
         with_response = response and bool(self._plans["response"].specs)
         # The pair prompt is read for the response predicates that need it, unless skipped.
-        on_pair = "prompt" in self._reads["response"] and not self._skips_prompt(skip)
+        on_pair = bool(self._pair_read - skip)
         vs: list[View] = ([v for r in todo_req for v in self._views(r, None)]
                           if "prompt" in self._reads["request"] else [])
         owners: list[int] = list(range(len(vs)))  # view -> item it belongs to
@@ -237,7 +240,7 @@ class Grounder:
         for i, (req, _) in enumerate(pairs):
             req_scores = req_scores_of.get(req, ())
             resp_scores = (self._combine("response", per_item[n_req + i],
-                                         () if on_pair else self._on_prompt(skip))
+                                         () if on_pair else self._pair_read)
                            if with_response else ())
             by_name = {s.name: s for s in (*req_scores, *resp_scores)}
             out.append(Grounding(model=self.backend.model_id,
@@ -312,17 +315,6 @@ class Grounder:
         specs = [sp for sp in self._plans[scope].specs if sp.name not in unread]
         return combine(scope, specs, self.sources, self.zero, item,
                        unseen_rule=self.cfg.unseen)
-
-    def _on_prompt(self, names: Collection[str]) -> frozenset[str]:
-        """Those of ``names`` whose response predicate is read from the pair prompt."""
-        return frozenset(sp.name for sp in self._plans["response"].specs
-                         if sp.name in names
-                         and deciding(self.sources, sp).view_of(sp) == "prompt")
-
-    def _skips_prompt(self, skip: Collection[str]) -> bool:
-        """Whether every response predicate read from the pair prompt is in ``skip``."""
-        on_prompt = self._on_prompt({sp.name for sp in self._plans["response"].specs})
-        return bool(skip) and on_prompt <= set(skip)
 
     def _remember(self, request: str, scores: tuple[PredicateScore, ...]) -> None:
         self._request_memo[request] = scores
