@@ -8,8 +8,8 @@
    forwards every layer once, so a step of any size costs at least the per-call time of
    each of its matrix products.
 3. The same floor for a whole step: one forward as deep as the heads read, behind the
-   answer template's cached keys and values (what a step of the alone read runs), at 1
-   token and at the 64 tokens a step forwards, against one forward over a whole answer;
+   answer template's cached keys and values (what a step of the alone read runs), at 1,
+   32, 48 and the 64 tokens a step forwards, against one forward over a whole answer;
    and the least a token check can cost at each step size if every step were that one
    forward (steps over the answer x a 64-token forward / the whole forward), and if each
    step forwarded only its own new tokens (a read that kept the last window's keys and

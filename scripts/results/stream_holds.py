@@ -70,8 +70,8 @@ VARIANTS: dict[str, dict[str, object]] = {
     # The same in steps of 36 tokens (eval/results/token_lag-step36: fewer, larger steps).
     "alone36": {"token_read": "alone", "token_resume": False, "window_hold_fraction": None,
                 "token_step": 36},
-    # Steps of 64 tokens, lag 64 (eval/results/token_lag-step64: the cost of a forward on
-    # a bf16 machine is mostly its weights, so fewer forwards).
+    # Steps of 64 tokens, lag 64 (eval/results/token_lag-step64: a short forward on a CPU
+    # with AMX costs mostly the reading of its weights, so fewer forwards).
     "alone64": {"token_read": "alone", "token_resume": False, "window_hold_fraction": None,
                 "token_step": 64, "token_lag": 64},
 }
