@@ -71,7 +71,7 @@ VARIANTS: dict[str, dict[str, object]] = {
     "alone36": {"token_read": "alone", "token_resume": False, "window_hold_fraction": None,
                 "token_step": 36},
     # Steps of 64 tokens, lag 64 (eval/results/token_lag-step64: a short forward on a CPU
-    # with AMX costs mostly the reading of its weights, so fewer forwards).
+    # with AMX costs mostly a fixed part, whatever its tokens, so fewer forwards).
     "alone64": {"token_read": "alone", "token_resume": False, "window_hold_fraction": None,
                 "token_step": 64, "token_lag": 64},
 }
