@@ -23,7 +23,6 @@ Not in the product: each new shape compiles for 15-25 s on 2 cores.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -33,6 +32,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_token_check import DATA  # noqa: E402
+from bench_token_step import timed  # noqa: E402
 
 from plguard import Guard, GuardConfig  # noqa: E402
 
@@ -59,21 +59,6 @@ def layers_to(model: Any, depth: int) -> Any:
             return h
 
     return Truncated().eval()
-
-
-def timed(fn: Any, reps: int) -> float:
-    """The median seconds of ``fn()`` over ``reps`` calls, after two untimed."""
-    import torch
-
-    with torch.inference_mode():
-        fn()
-        fn()
-        ts = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
 
 
 def main() -> None:
@@ -104,8 +89,8 @@ def main() -> None:
     with torch.inference_mode():  # the same states as the product's stopped forward
         want = states_to(b.model, [depth], input_ids=step_ids)[depth]
         assert torch.equal(part(step_ids), want), "the truncated forward is not the model's"
-    eager = {"step": timed(lambda: part(step_ids), 20),
-             "whole": timed(lambda: every(whole_ids), 7)}
+    eager = {"step": timed(lambda: part(step_ids), 20, warm=2),
+             "whole": timed(lambda: every(whole_ids), 7, warm=2)}
     inductor.freezing = True  # weights are constants: packed once for the CPU's kernels
     t0 = time.perf_counter()
     part_c = torch.compile(part, dynamic=False)
@@ -116,8 +101,8 @@ def main() -> None:
     print(f"compiling both shapes took {time.perf_counter() - t0:.0f} s; compiled step "
           f"states differ from eager by at most {(got - want.float()).abs().max().item():.3g} "
           f"(largest state {want.float().abs().max().item():.3g}, bf16)")
-    compiled = {"step": timed(lambda: part_c(step_ids), 20),
-                "whole": timed(lambda: every_c(whole_ids), 7)}
+    compiled = {"step": timed(lambda: part_c(step_ids), 20, warm=2),
+                "whole": timed(lambda: every_c(whole_ids), 7, warm=2)}
     print(f"\n1. one step: 64 tokens through layers 1-{depth} of {total}: eager "
           f"{eager['step'] * 1e3:.1f} ms, compiled {compiled['step'] * 1e3:.1f} ms")
     print(f"2. the whole answer through every layer: eager {eager['whole'] * 1e3:.1f} ms, "

@@ -86,14 +86,19 @@ def main() -> None:
                     [int(x) for x in a.steps.split(",")])
 
 
-def timed(fn, reps: int = 9) -> float:  # type: ignore[no-untyped-def]
-    """The median seconds of ``fn()`` over ``reps`` calls, after one untimed."""
-    fn()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
+def timed(fn, reps: int = 9, warm: int = 1) -> float:  # type: ignore[no-untyped-def]
+    """The median seconds of ``fn()`` over ``reps`` calls, after ``warm`` untimed ones
+    (under ``torch.inference_mode``)."""
+    import torch
+
+    with torch.inference_mode():
+        for _ in range(warm):
+            fn()
+        ts = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
     return statistics.median(ts)
 
 
